@@ -1,0 +1,123 @@
+"""Environments for scanrl: gymnax ids and our own JAX envs behind one `make`, plus shared wrappers.
+
+    env, env_params = envs.make("CartPole-v1")
+    env, env_params = envs.make_vec("Pendulum-v1", num_envs=8, normalize_obs=True)
+
+Every env speaks the gymnax 1.x API (see `envs.wrappers`).
+"""
+
+import difflib
+
+import gymnax
+import jax
+import jax.numpy as jnp
+from gymnax.environments import spaces
+
+from envs.wrappers import (
+    ClipAction,
+    EpisodeStatistics,
+    FlattenObservation,
+    NormalizeObservation,
+    NormalizeReward,
+    RunningMeanStd,
+    VecEnv,
+    Wrapper,
+    normalize_observation,
+    observation_stats,
+)
+
+__all__ = [
+    "ClipAction",
+    "EpisodeStatistics",
+    "FlattenObservation",
+    "NormalizeObservation",
+    "NormalizeReward",
+    "RunningMeanStd",
+    "VecEnv",
+    "Wrapper",
+    "evaluate",
+    "is_discrete",
+    "list_envs",
+    "make",
+    "make_vec",
+    "normalize_observation",
+    "observation_stats",
+]
+
+# Our own envs: id -> factory(**kwargs) returning (env, env_params).
+_OUR_ENVS = {}
+
+
+def list_envs() -> list[str]:
+    """Every id `make` accepts (Brax ids only when brax is installed)."""
+    return sorted(gymnax.registered_envs) + sorted(_OUR_ENVS)
+
+
+def make(env_id: str, **kwargs):
+    """Returns `(env, env_params)` for a gymnax id or one of ours; ValueError naming close ids if unknown."""
+    if env_id in _OUR_ENVS:
+        return _OUR_ENVS[env_id](**kwargs)
+    if env_id in gymnax.registered_envs:
+        return gymnax.make(env_id, **kwargs)
+    close = difflib.get_close_matches(env_id, list_envs(), n=3, cutoff=0.4)
+    hint = f"did you mean {', '.join(close)}?" if close else "see envs.list_envs()"
+    raise ValueError(f"unknown env {env_id!r}: {hint}")
+
+
+def is_discrete(env, env_params) -> bool:
+    """True for a Discrete action space, False for a Box; anything else is not supported here."""
+    space = env.action_space(env_params)
+    if isinstance(space, spaces.Discrete):
+        return True
+    if isinstance(space, spaces.Box):
+        return False
+    raise ValueError(f"unsupported action space {type(space).__name__}")
+
+
+def make_vec(
+    env_id: str,
+    num_envs: int,
+    *,
+    normalize_obs: bool = False,
+    normalize_reward: bool = False,
+    gamma: float = 0.99,
+    **kwargs,
+):
+    """The stack every script trains on: episode statistics on the raw rewards, flat float observations,
+    clipped continuous actions, `num_envs` copies, then optional running normalisation.
+    """
+    env, env_params = make(env_id, **kwargs)
+    env = EpisodeStatistics(env)
+    if len(env.observation_space(env_params).shape) != 1:
+        env = FlattenObservation(env)
+    if not is_discrete(env, env_params):
+        env = ClipAction(env)
+    env = VecEnv(env, num_envs)
+    if normalize_obs:
+        env = NormalizeObservation(env)
+    if normalize_reward:
+        env = NormalizeReward(env, gamma=gamma)
+    return env, env_params
+
+
+def evaluate(env, env_params, act, key, num_steps: int):
+    """Plays one episode in each env of a `make_vec` env with the policy `act(obs) -> action`.
+
+    Returns the return of each env's first episode, shape `(num_envs,)`; `num_steps` should cover the
+    longest episode (the env's time limit). Evaluate on an env without normalisation wrappers and let
+    `act` normalise with training's frozen statistics (`normalize_observation`).
+    """
+    key_reset, key = jax.random.split(key)
+    obs, state = env.reset(key_reset, env_params)
+    num_envs = obs.shape[0]
+
+    def _eval_step(carry, step_key):
+        obs, state, finished, returns = carry
+        obs, state, _, _, _, info = env.step(step_key, state, act(obs), env_params)
+        first_end = jnp.logical_and(info["episode_done"], jnp.logical_not(finished))
+        returns = jnp.where(first_end, info["episode_return"], returns)
+        return (obs, state, jnp.logical_or(finished, info["episode_done"]), returns), None
+
+    carry = (obs, state, jnp.zeros(num_envs, bool), jnp.full(num_envs, jnp.nan, jnp.float32))
+    (_, _, _, returns), _ = jax.lax.scan(_eval_step, carry, jax.random.split(key, num_steps))
+    return returns

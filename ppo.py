@@ -1,0 +1,553 @@
+"""PPO with the clipped objective and GAE (Schulman et al. 2017), discrete and continuous actions.
+
+The whole training run (rollout, advantages, update epochs) is one `lax.scan` inside one `jax.jit`, and
+`jax.vmap` trains `--num-seeds` agents at once in the same compiled program:
+
+    python ppo.py --env CartPole-v1 --num-seeds 30
+
+Writes `<out-dir>/<run-name>/`: config.json, metrics.csv (one row per update and seed), learning_curve.png
+and summary.json; with `--track`, a wandb run as well.
+"""
+
+import os
+
+# XLA:CPU in jax 0.10 can hang on vmapped training with the concurrency-optimised scheduler (see README).
+if "XLA_FLAGS" not in os.environ:
+    os.environ["XLA_FLAGS"] = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+
+import csv
+import json
+import sys
+import threading
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from typing import Literal, NamedTuple
+
+import distrax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import tyro
+from flax.training.train_state import TrainState
+
+import envs
+
+
+@dataclass(frozen=True)
+class Config:
+    # experiment
+    env: str = "CartPole-v1"
+    """environment id: any gymnax id, or one of ours (see envs.list_envs())"""
+    seed: int = 0
+    """seed of agent 0; agent i uses seed + i, so any agent can be re-run alone with --seed"""
+    num_seeds: int = 1
+    """independent agents trained in parallel in one compiled program (vmapped)"""
+    total_timesteps: int = 500_000
+    """env steps per agent"""
+    # algorithm
+    num_envs: int = 4
+    """parallel envs per agent"""
+    num_steps: int = 128
+    """steps per env in each rollout (batch = num_envs * num_steps)"""
+    update_epochs: int = 4
+    """passes over each rollout batch"""
+    num_minibatches: int = 4
+    """minibatches per epoch; must divide num_envs * num_steps"""
+    learning_rate: float = 2.5e-4
+    """Adam learning rate"""
+    anneal_lr: bool = True
+    """anneal the learning rate linearly to 0 over training"""
+    gamma: float = 0.99
+    """discount factor"""
+    gae_lambda: float = 0.95
+    """lambda of generalised advantage estimation"""
+    clip_coef: float = 0.2
+    """PPO ratio clipping epsilon (also clips the value update)"""
+    ent_coef: float = 0.01
+    """entropy bonus coefficient"""
+    vf_coef: float = 0.5
+    """value loss coefficient"""
+    max_grad_norm: float = 0.5
+    """global gradient-norm clip"""
+    normalize: Literal["auto", "on", "off"] = "auto"
+    """running observation and reward normalisation; auto: on for continuous actions, off for discrete"""
+    # network
+    hidden_size: int = 64
+    """width of the two hidden layers of actor and critic"""
+    activation: str = "tanh"
+    """hidden activation: tanh or relu"""
+    # evaluation and logging
+    eval_episodes: int = 10
+    """episodes of the deterministic final policy per agent"""
+    track: bool = False
+    """log to Weights & Biases"""
+    wandb_project: str = "scanrl"
+    """wandb project"""
+    wandb_entity: str | None = None
+    """wandb entity (team or user)"""
+    wandb_group: str | None = None
+    """wandb group"""
+    out_dir: str = "runs"
+    """parent directory of the run directory"""
+    run_name: str | None = None
+    """run directory name; default {env}__ppo__{seed}__{unix time}"""
+    log_every: int = 20
+    """print progress (and log to wandb) every this many updates"""
+
+
+ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
+
+
+class Actor(nn.Module):
+    action_dim: int
+    discrete: bool
+    hidden_size: int
+    activation: str
+
+    @nn.compact
+    def __call__(self, obs):
+        act = ACTIVATIONS[self.activation]
+        x = act(nn.Dense(self.hidden_size, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(obs))
+        x = act(nn.Dense(self.hidden_size, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
+        # A small last layer keeps the initial policy close to uniform / zero-mean (Andrychowicz et al. 2021).
+        out = nn.Dense(self.action_dim, kernel_init=nn.initializers.orthogonal(0.01))(x)
+        if self.discrete:
+            return distrax.Categorical(logits=out)
+        log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
+        return distrax.MultivariateNormalDiag(out, jnp.exp(log_std))
+
+
+class Critic(nn.Module):
+    hidden_size: int
+    activation: str
+
+    @nn.compact
+    def __call__(self, obs):
+        act = ACTIVATIONS[self.activation]
+        x = act(nn.Dense(self.hidden_size, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(obs))
+        x = act(nn.Dense(self.hidden_size, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
+        return nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0))(x).squeeze(-1)
+
+
+class Transition(NamedTuple):
+    obs: jax.Array
+    action: jax.Array
+    reward: jax.Array
+    terminated: jax.Array
+    done: jax.Array
+    next_obs: jax.Array  # the true next observation, also at an auto-reset
+    episode_return: jax.Array
+    episode_length: jax.Array
+
+
+class RunnerState(NamedTuple):
+    train_state: TrainState
+    env_state: object
+    obs: jax.Array
+    rng: jax.Array
+
+
+def calculate_gae(rewards, values, next_values, terminated, dones, gamma, gae_lambda):
+    """GAE-lambda along axis 0 (time). Bootstraps from V(next obs) unless the episode terminated; the
+    recursion stops at every episode end, terminated or truncated (time limits are not failures)."""
+    deltas = rewards + gamma * next_values * (1.0 - terminated) - values
+    decay = gamma * gae_lambda * (1.0 - dones)
+
+    def _backward(advantage, step):
+        delta, decay_t = step
+        advantage = delta + decay_t * advantage
+        return advantage, advantage
+
+    _, advantages = jax.lax.scan(_backward, jnp.zeros_like(deltas[0]), (deltas, decay), reverse=True)
+    return advantages, advantages + values
+
+
+def use_normalization(config: Config, discrete: bool) -> bool:
+    return config.normalize == "on" or (config.normalize == "auto" and not discrete)
+
+
+def make_networks(config: Config, env, env_params):
+    discrete = envs.is_discrete(env, env_params)
+    space = env.action_space(env_params)
+    action_dim = space.n if discrete else int(np.prod(space.shape))
+    actor = Actor(action_dim, discrete, config.hidden_size, config.activation)
+    critic = Critic(config.hidden_size, config.activation)
+    return actor, critic, discrete
+
+
+def make_train(config: Config, log_fn=None):
+    """Returns `train(rng) -> (runner_state, metrics)`, pure and jittable; metrics have a leading update axis.
+
+    `log_fn(rng, update, metrics)`, if given, is called on the host every `log_every` updates (once per
+    agent when vmapped); it only reads values, so it cannot change the numbers a run produces.
+    """
+    batch_size = config.num_envs * config.num_steps
+    minibatch_size = batch_size // config.num_minibatches
+    num_updates = config.total_timesteps // batch_size
+    env, env_params = envs.make_vec(config.env, config.num_envs)
+    actor, critic, discrete = make_networks(config, env, env_params)
+    if use_normalization(config, discrete):
+        env, env_params = envs.make_vec(
+            config.env, config.num_envs, normalize_obs=True, normalize_reward=True, gamma=config.gamma
+        )
+    lr = config.learning_rate
+    if config.anneal_lr:
+        lr = optax.linear_schedule(lr, 0.0, num_updates * config.update_epochs * config.num_minibatches)
+    tx = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(lr, eps=1e-5))
+
+    def train(rng):
+        seed_key = rng
+        rng, key_actor, key_critic, key_reset = jax.random.split(rng, 4)
+        obs, env_state = env.reset(key_reset, env_params)
+        params = {"actor": actor.init(key_actor, obs[0]), "critic": critic.init(key_critic, obs[0])}
+        train_state = TrainState.create(apply_fn=None, params=params, tx=tx)
+
+        def _env_step(runner, _):
+            train_state, env_state, obs, rng = runner
+            rng, key_action, key_step = jax.random.split(rng, 3)
+            action = actor.apply(train_state.params["actor"], obs).sample(seed=key_action)
+            next_obs, env_state, reward, terminated, truncated, info = env.step(
+                key_step, env_state, action, env_params
+            )
+            transition = Transition(
+                obs, action, reward, terminated.astype(jnp.float32), info["episode_done"].astype(jnp.float32),
+                info["final_observation"], info["episode_return"], info["episode_length"],
+            )
+            return RunnerState(train_state, env_state, next_obs, rng), transition
+
+        def _loss_fn(params, batch):
+            obs, action, old_log_prob, old_value, advantage, target = batch
+            pi = actor.apply(params["actor"], obs)
+            log_prob = pi.log_prob(action)
+            value = critic.apply(params["critic"], obs)
+            advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+            log_ratio = log_prob - old_log_prob
+            ratio = jnp.exp(log_ratio)
+            clipped_ratio = jnp.clip(ratio, 1.0 - config.clip_coef, 1.0 + config.clip_coef)
+            actor_loss = -jnp.minimum(ratio * advantage, clipped_ratio * advantage).mean()
+            value_clipped = old_value + jnp.clip(value - old_value, -config.clip_coef, config.clip_coef)
+            critic_loss = 0.5 * jnp.maximum((value - target) ** 2, (value_clipped - target) ** 2).mean()
+            entropy = pi.entropy().mean()
+            loss = actor_loss + config.vf_coef * critic_loss - config.ent_coef * entropy
+            stats = {
+                "loss/actor": actor_loss,
+                "loss/critic": critic_loss,
+                "entropy": entropy,
+                "approx_kl": ((ratio - 1.0) - log_ratio).mean(),  # Schulman's low-variance KL estimator
+                "clip_frac": (jnp.abs(ratio - 1.0) > config.clip_coef).mean(),
+            }
+            return loss, stats
+
+        def _update_minibatch(train_state, minibatch):
+            grads, stats = jax.grad(_loss_fn, has_aux=True)(train_state.params, minibatch)
+            return train_state.apply_gradients(grads=grads), stats
+
+        def _update_epoch(carry, _):
+            train_state, batch, rng = carry
+            rng, key_perm = jax.random.split(rng)
+            permutation = jax.random.permutation(key_perm, batch_size)
+            minibatches = jax.tree.map(
+                lambda x: x[permutation].reshape((config.num_minibatches, minibatch_size) + x.shape[1:]), batch
+            )
+            train_state, stats = jax.lax.scan(_update_minibatch, train_state, minibatches)
+            return (train_state, batch, rng), stats
+
+        def _update_step(runner, update):
+            runner, traj = jax.lax.scan(_env_step, runner, None, config.num_steps)
+            train_state, env_state, obs, rng = runner
+            # Values, next values and old log-probs in one batched pass each, outside the rollout scan:
+            # fewer, larger ops than evaluating them step by step.
+            params = train_state.params
+            values = critic.apply(params["critic"], traj.obs)
+            next_values = critic.apply(params["critic"], traj.next_obs)
+            log_probs = actor.apply(params["actor"], traj.obs).log_prob(traj.action)
+            advantages, targets = calculate_gae(
+                traj.reward, values, next_values, traj.terminated, traj.done, config.gamma, config.gae_lambda
+            )
+            batch = (traj.obs, traj.action, log_probs, values, advantages, targets)
+            batch = jax.tree.map(lambda x: x.reshape((batch_size,) + x.shape[2:]), batch)
+            (train_state, _, rng), stats = jax.lax.scan(
+                _update_epoch, (train_state, batch, rng), None, config.update_epochs
+            )
+            episodes = traj.done.sum()
+            metrics = {
+                "env_steps": (update + 1) * batch_size,
+                "episodes": episodes,
+                # Mean over the episodes that ended in this rollout; NaN if none did.
+                "episode_return": (traj.episode_return * traj.done).sum() / episodes,
+                "episode_length": (traj.episode_length * traj.done).sum() / episodes,
+                **jax.tree.map(jnp.mean, stats),
+            }
+            if log_fn is not None:
+                jax.lax.cond(
+                    (update + 1) % config.log_every == 0,
+                    lambda: jax.debug.callback(log_fn, seed_key, update, metrics),
+                    lambda: None,
+                )
+            return RunnerState(train_state, env_state, obs, rng), metrics
+
+        runner = RunnerState(train_state, env_state, obs, rng)
+        return jax.lax.scan(_update_step, runner, jnp.arange(num_updates))
+
+    return train
+
+
+def make_evaluate(config: Config):
+    """Returns `evaluate(rng, runner_state) -> (eval_episodes,)` returns of the deterministic policy
+    (argmax / mean action) on fresh episodes, with training's observation statistics frozen."""
+    env, env_params = envs.make_vec(config.env, config.eval_episodes)
+    actor, _, discrete = make_networks(config, env, env_params)
+
+    def evaluate(rng, runner):
+        stats = envs.observation_stats(runner.env_state)
+
+        def act(obs):
+            if stats is not None:
+                obs = envs.normalize_observation(stats, obs)
+            return actor.apply(runner.train_state.params["actor"], obs).mode()
+
+        return envs.evaluate(env, env_params, act, rng, env_params.max_steps_in_episode)
+
+    return evaluate
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Checking the config, and everything written to the run directory.
+
+
+def validate(config: Config) -> str | None:
+    """Returns one line saying what is wrong with the config, or None if it can be trained."""
+    for name in ("num_seeds", "total_timesteps", "num_envs", "num_steps", "update_epochs", "num_minibatches",
+                 "hidden_size", "eval_episodes", "log_every"):
+        if getattr(config, name) <= 0:
+            return f"--{name.replace('_', '-')} must be a positive integer, got {getattr(config, name)}"
+    if config.learning_rate <= 0:
+        return f"--learning-rate must be positive, got {config.learning_rate}"
+    if not 0 <= config.gamma <= 1 or not 0 <= config.gae_lambda <= 1:
+        return "--gamma and --gae-lambda must lie in [0, 1]"
+    if config.clip_coef <= 0 or config.max_grad_norm <= 0:
+        return "--clip-coef and --max-grad-norm must be positive"
+    if config.activation not in ACTIVATIONS:
+        return f"--activation {config.activation!r} is unknown; use one of {', '.join(ACTIVATIONS)}"
+    try:
+        env, env_params = envs.make(config.env)
+        envs.is_discrete(env, env_params)
+    except ValueError as error:
+        return f"--env: {error}"
+    batch_size = config.num_envs * config.num_steps
+    if batch_size % config.num_minibatches:
+        return (f"--num-minibatches {config.num_minibatches} does not divide the batch "
+                f"(--num-envs x --num-steps = {batch_size}); use a divisor of {batch_size}")
+    if config.total_timesteps < batch_size:
+        return (f"--total-timesteps {config.total_timesteps} is smaller than one batch "
+                f"(--num-envs x --num-steps = {batch_size}); raise it or shrink the batch")
+    return None
+
+
+METRIC_KEYS = ("env_steps", "episodes", "episode_return", "episode_length",
+               "loss/actor", "loss/critic", "entropy", "approx_kl", "clip_frac")
+
+
+def write_metrics_csv(path, rows):
+    """Writes rows of (seed, update, metrics dict) to `path` atomically."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["seed", "update", *METRIC_KEYS])
+        for seed, update, metrics in rows:
+            writer.writerow([seed, update, *(metrics[k] for k in METRIC_KEYS)])
+    os.replace(tmp, path)
+
+
+class Progress:
+    """Host side of the logging callback: gathers one update's metrics from every agent, then prints a line,
+    appends the rows to metrics.csv and logs to wandb. Training never waits on it beyond the call itself."""
+
+    def __init__(self, config: Config, seed_keys, run_dir, wandb_run):
+        self.config = config
+        self.seed_of = {tuple(np.asarray(k).tolist()): config.seed + i for i, k in enumerate(seed_keys)}
+        self.run_dir = run_dir
+        self.wandb_run = wandb_run
+        self.pending = {}
+        self.rows = []
+        self.lock = threading.Lock()
+        self.start = time.perf_counter()
+
+    def __call__(self, seed_key, update, metrics):
+        seed = self.seed_of[tuple(np.asarray(seed_key).tolist())]
+        update = int(update)
+        with self.lock:
+            got = self.pending.setdefault(update, {})
+            got[seed] = {k: float(v) for k, v in metrics.items()}
+            if len(got) < len(self.seed_of):
+                return
+            del self.pending[update]
+            self._emit(update, got)
+
+    def _emit(self, update, by_seed):
+        seeds = sorted(by_seed)
+        returns = np.array([by_seed[s]["episode_return"] for s in seeds])
+        env_steps = int(by_seed[seeds[0]]["env_steps"])
+        sps = env_steps * len(seeds) / (time.perf_counter() - self.start)
+        if np.all(np.isnan(returns)):
+            ret = "no episode ended"
+        else:
+            ret = (f"return mean {np.nanmean(returns):8.2f}  min {np.nanmin(returns):8.2f}  "
+                   f"max {np.nanmax(returns):8.2f}")
+        print(f"update {update + 1:6d}  env_steps {env_steps:10d}  sps {sps:10.0f}  {ret}", flush=True)
+        self.rows += [(s, update, by_seed[s]) for s in seeds]
+        write_metrics_csv(os.path.join(self.run_dir, "metrics.csv"), self.rows)
+        if self.wandb_run is not None:
+            log = {"sps": sps}
+            for key in METRIC_KEYS[1:]:
+                values = np.array([by_seed[s][key] for s in seeds])
+                log[f"{key}/mean"] = np.nanmean(values) if not np.all(np.isnan(values)) else np.nan
+            log["episode_return/min"] = np.nanmin(returns) if not np.all(np.isnan(returns)) else np.nan
+            log["episode_return/max"] = np.nanmax(returns) if not np.all(np.isnan(returns)) else np.nan
+            log.update({f"episode_return/seed_{s}": by_seed[s]["episode_return"] for s in seeds})
+            safe_wandb(self.wandb_run.log, log, step=env_steps)
+
+
+def safe_wandb(fn, *args, **kwargs):
+    """Calls a wandb function; a wandb failure becomes a one-line warning, never a stopped run."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as error:  # noqa: BLE001 - wandb may raise anything; training must go on
+        print(f"warning: wandb: {type(error).__name__}: {error}", file=sys.stderr)
+        return None
+
+
+def start_wandb(config: Config, run_name, run_dir):
+    try:
+        import wandb
+
+        return wandb.init(
+            project=config.wandb_project, entity=config.wandb_entity, group=config.wandb_group,
+            name=run_name, config=asdict(config), dir=run_dir,
+        )
+    except Exception as error:  # noqa: BLE001
+        print(f"warning: wandb could not start ({type(error).__name__}: {error}); "
+              "training goes on with local files only", file=sys.stderr)
+        return None
+
+
+def finish_wandb(wandb_run, summary, curve_path):
+    def _finish():
+        import wandb
+
+        wandb_run.log({"learning_curve": wandb.Image(curve_path)})
+        wandb_run.summary.update(summary)
+        wandb_run.finish()
+
+    safe_wandb(_finish)
+
+
+def final_returns(metrics):
+    """Per seed: mean return of the episodes that ended in the last 10% of updates."""
+    num_updates = metrics["episodes"].shape[1]
+    tail = slice(num_updates - max(1, num_updates // 10), None)
+    episodes = metrics["episodes"][:, tail]
+    total = np.nansum(metrics["episode_return"][:, tail] * episodes, axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return total / episodes.sum(axis=1)
+
+
+def plot_learning_curve(path, metrics, title):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = metrics["env_steps"][0]
+    returns = metrics["episode_return"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns: no episode ended yet
+        mean, low, high = np.nanmean(returns, 0), np.nanmin(returns, 0), np.nanmax(returns, 0)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(steps, mean, label=f"mean over {returns.shape[0]} seeds")
+    ax.fill_between(steps, low, high, alpha=0.25, label="min to max")
+    ax.set_xlabel("env steps per agent")
+    ax.set_ylabel("episode return")
+    ax.set_title(title)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def to_json(x):
+    x = np.asarray(x)
+    return [None if np.isnan(v) else float(v) for v in x.ravel()]
+
+
+def main(config: Config):
+    error = validate(config)
+    if error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+    run_name = config.run_name or f"{config.env}__ppo__{config.seed}__{int(time.time())}"
+    run_dir = os.path.join(config.out_dir, run_name)
+    if os.path.isdir(run_dir) and os.listdir(run_dir):
+        print(f"error: run directory {run_dir} exists and is not empty; choose another --run-name",
+              file=sys.stderr)
+        sys.exit(2)
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "config.json"), "w") as f:
+        json.dump({"algo": "ppo", **asdict(config)}, f, indent=2)
+    wandb_run = start_wandb(config, run_name, run_dir) if config.track else None
+
+    seeds = [config.seed + i for i in range(config.num_seeds)]
+    keys = jnp.stack([jax.random.PRNGKey(s) for s in seeds])
+    progress = Progress(config, keys, run_dir, wandb_run)
+    train = jax.jit(jax.vmap(make_train(config, log_fn=progress)))
+    print(f"ppo on {config.env}: {config.num_seeds} agents x {config.total_timesteps} steps, run dir {run_dir}")
+    t0 = time.perf_counter()
+    compiled = train.lower(keys).compile()
+    compile_s = time.perf_counter() - t0
+    print(f"compiled in {compile_s:.1f} s")
+    progress.start = time.perf_counter()
+    runner, metrics = jax.block_until_ready(compiled(keys))
+    train_s = time.perf_counter() - progress.start
+
+    eval_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
+    eval_returns = np.asarray(jax.jit(jax.vmap(make_evaluate(config)))(eval_keys, runner)).mean(axis=1)
+
+    metrics = jax.tree.map(np.asarray, metrics)
+    num_updates = metrics["env_steps"].shape[1]
+    rows = [(s, u, {k: metrics[k][i, u] for k in METRIC_KEYS}) for i, s in enumerate(seeds)
+            for u in range(num_updates)]
+    write_metrics_csv(os.path.join(run_dir, "metrics.csv"), rows)
+    plot_learning_curve(os.path.join(run_dir, "learning_curve.png"), metrics, f"ppo on {config.env}")
+    env_steps = int(metrics["env_steps"][0, -1])
+    final = final_returns(metrics)
+    summary = {
+        "algo": "ppo",
+        "env": config.env,
+        "num_seeds": config.num_seeds,
+        "seeds": seeds,
+        "total_timesteps": config.total_timesteps,
+        "env_steps": env_steps,
+        "compile_s": compile_s,
+        "train_s": train_s,
+        "sps": env_steps * config.num_seeds / train_s,
+        "final_return": to_json(final),
+        "eval_return": to_json(eval_returns),
+    }
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    print(f"\n{'=' * 72}\nppo on {config.env}: {config.num_seeds} agents, {env_steps} env steps each")
+    print(f"compile {compile_s:.1f} s, train {train_s:.1f} s, {summary['sps']:.0f} env steps/s over all agents")
+    print(f"final return (last 10% of training): mean {np.nanmean(final):.2f}, per seed "
+          + " ".join(f"{r:.1f}" for r in final))
+    print(f"eval return (deterministic policy):  mean {eval_returns.mean():.2f}, per seed "
+          + " ".join(f"{r:.1f}" for r in eval_returns))
+    print(f"written to {run_dir}\n{'=' * 72}")
+    if wandb_run is not None:
+        finish_wandb(wandb_run, summary, os.path.join(run_dir, "learning_curve.png"))
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Config))

@@ -1,0 +1,40 @@
+"""Shared test helpers: run a script as a user would, offline, with a timeout."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+@pytest.fixture
+def run_script(tmp_path):
+    """`run_script("ppo.py", "--total-timesteps", "1024", ...)` -> CompletedProcess, run in `tmp_path` with
+    `--out-dir tmp_path/runs` added unless given, wandb offline and its files kept inside `tmp_path`."""
+
+    def _run(script, *args, timeout=600, add_out_dir=True):
+        env = {
+            **os.environ,
+            "WANDB_MODE": "offline",
+            "WANDB_DIR": str(tmp_path),
+            "WANDB_CACHE_DIR": str(tmp_path / "wandb-cache"),
+            "WANDB_CONFIG_DIR": str(tmp_path / "wandb-config"),
+            "WANDB_SILENT": "true",
+        }
+        argv = [sys.executable, str(ROOT / script), *args]
+        if add_out_dir and "--out-dir" not in args:
+            argv += ["--out-dir", str(tmp_path / "runs")]
+        return subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
+
+    return _run
+
+
+def read_run(out_dir: Path):
+    """The single run directory under `out_dir` and its summary.json."""
+    (run_dir,) = list(Path(out_dir).iterdir())
+    return run_dir, json.loads((run_dir / "summary.json").read_text())
