@@ -488,7 +488,9 @@ def main(config: Config):
     if error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
-    run_name = config.run_name or f"{config.env}__ppo__{config.seed}__{int(time.time())}"
+    # Brax ids hold a '/' (and maybe a ':'); neither belongs in a directory name.
+    env_name = config.env.replace("/", "-").replace(":", "-")
+    run_name = config.run_name or f"{env_name}__ppo__{config.seed}__{int(time.time())}"
     run_dir = os.path.join(config.out_dir, run_name)
     if os.path.isdir(run_dir) and os.listdir(run_dir):
         print(f"error: run directory {run_dir} exists and is not empty; choose another --run-name",
@@ -540,8 +542,10 @@ def main(config: Config):
         json.dump(summary, f, indent=2)
     print(f"\n{'=' * 72}\nppo on {config.env}: {config.num_seeds} agents, {env_steps} env steps each")
     print(f"compile {compile_s:.1f} s, train {train_s:.1f} s, {summary['sps']:.0f} env steps/s over all agents")
-    print(f"final return (last 10% of training): mean {np.nanmean(final):.2f}, per seed "
-          + " ".join(f"{r:.1f}" for r in final))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # no episode ended in a short run: the mean is NaN
+        print(f"final return (last 10% of training): mean {np.nanmean(final):.2f}, per seed "
+              + " ".join(f"{r:.1f}" for r in final))
     print(f"eval return (deterministic policy):  mean {eval_returns.mean():.2f}, per seed "
           + " ".join(f"{r:.1f}" for r in eval_returns))
     print(f"written to {run_dir}\n{'=' * 72}")

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 from gymnax.environments import spaces
 
+from envs.gridworld import make_gridworld
 from envs.wrappers import (
     ClipAction,
     EpisodeStatistics,
@@ -41,22 +42,33 @@ __all__ = [
     "make",
     "make_vec",
     "normalize_observation",
+    "num_states",
     "observation_stats",
+    "state_index",
 ]
 
 # Our own envs: id -> factory(**kwargs) returning (env, env_params).
-_OUR_ENVS = {}
+_OUR_ENVS = {
+    "GridWorld-v0": make_gridworld,
+}
 
 
 def list_envs() -> list[str]:
     """Every id `make` accepts (Brax ids only when brax is installed)."""
-    return sorted(gymnax.registered_envs) + sorted(_OUR_ENVS)
+    from envs import brax as brax_envs  # our adapter; it imports brax itself only in its make
+
+    brax_ids = brax_envs.list_ids() if brax_envs.is_installed() else []
+    return sorted(gymnax.registered_envs) + sorted(_OUR_ENVS) + brax_ids
 
 
 def make(env_id: str, **kwargs):
     """Returns `(env, env_params)` for a gymnax id or one of ours; ValueError naming close ids if unknown."""
     if env_id in _OUR_ENVS:
         return _OUR_ENVS[env_id](**kwargs)
+    if env_id.startswith("brax/"):
+        from envs import brax as brax_envs  # lazy: gymnax users never import brax
+
+        return brax_envs.make(env_id, **kwargs)
     if env_id in gymnax.registered_envs:
         return gymnax.make(env_id, **kwargs)
     close = difflib.get_close_matches(env_id, list_envs(), n=3, cutoff=0.4)
@@ -72,6 +84,31 @@ def is_discrete(env, env_params) -> bool:
     if isinstance(space, spaces.Box):
         return False
     raise ValueError(f"unsupported action space {type(space).__name__}")
+
+
+def _unwrapped(env):
+    while isinstance(env, Wrapper):
+        env = env._env
+    return env
+
+
+def num_states(env, env_params) -> int | None:
+    """Number of states of a finite-state env (one a table can index), or None: GridWorld-v0 and any env
+    whose observation space is Discrete, such as FrozenLake-misc. Works through our wrappers."""
+    base = _unwrapped(env)
+    if hasattr(base, "num_states"):
+        return base.num_states
+    space = base.observation_space(env_params)
+    return space.n if isinstance(space, spaces.Discrete) else None
+
+
+def state_index(env, env_params, obs):
+    """Table index (int32) of one observation of a finite-state env, also after `FlattenObservation`
+    (which turns a Discrete observation into a length-1 float vector); vmap it for a batch."""
+    base = _unwrapped(env)
+    if hasattr(base, "state_index"):
+        return base.state_index(obs).astype(jnp.int32)
+    return jnp.reshape(obs, ()).astype(jnp.int32)
 
 
 def make_vec(

@@ -6,7 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+# As the scripts do: avoid the XLA:CPU scheduler hang on vmapped training (see README) in-process too.
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_enable_concurrency_optimized_scheduler=false")
+
+import pytest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -15,9 +18,10 @@ sys.path.insert(0, str(ROOT))
 @pytest.fixture
 def run_script(tmp_path):
     """`run_script("ppo.py", "--total-timesteps", "1024", ...)` -> CompletedProcess, run in `tmp_path` with
-    `--out-dir tmp_path/runs` added unless given, wandb offline and its files kept inside `tmp_path`."""
+    `--out-dir tmp_path/runs` added unless given, wandb offline and its files kept inside `tmp_path`;
+    `env_overrides` (a dict) is applied last, for tests that need a different wandb setting."""
 
-    def _run(script, *args, timeout=600, add_out_dir=True):
+    def _run(script, *args, timeout=600, add_out_dir=True, env_overrides=None):
         env = {
             **os.environ,
             "WANDB_MODE": "offline",
@@ -26,6 +30,7 @@ def run_script(tmp_path):
             "WANDB_CONFIG_DIR": str(tmp_path / "wandb-config"),
             "WANDB_SILENT": "true",
         }
+        env.update(env_overrides or {})
         argv = [sys.executable, str(ROOT / script), *args]
         if add_out_dir and "--out-dir" not in args:
             argv += ["--out-dir", str(tmp_path / "runs")]

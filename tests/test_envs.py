@@ -1,0 +1,160 @@
+"""envs/: make, the wrappers (episode statistics across auto-resets, termination vs truncation, flattening,
+action clipping, running normalisation) and evaluate."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import struct
+from gymnax.environments import environment, spaces
+
+import envs
+
+
+@struct.dataclass
+class CounterState(environment.EnvState):
+    count: jax.Array
+    last_action: jax.Array
+
+
+@struct.dataclass
+class CounterParams(environment.EnvParams):
+    max_steps_in_episode: int = 100
+    episode_end: int = 3
+
+
+class Counter(environment.Environment):
+    """A scripted env: reward t+1 at step t of an episode, terminates after `episode_end` steps, observes
+    [count, last action], continuous action in [-1, 1]."""
+
+    @property
+    def default_params(self):
+        return CounterParams()
+
+    def step_env(self, key, state, action, params):
+        count = state.count + 1
+        state = CounterState(time=state.time + 1, count=count, last_action=jnp.sum(action))
+        obs = jnp.array([count, state.last_action], jnp.float32)
+        return obs, state, count.astype(jnp.float32), count >= params.episode_end, {}
+
+    def reset_env(self, key, params):
+        state = CounterState(time=0, count=jnp.int32(0), last_action=jnp.float32(0.0))
+        return jnp.zeros(2, jnp.float32), state
+
+    def action_space(self, params=None):
+        return spaces.Box(-1.0, 1.0, (1,), jnp.float32)
+
+    def observation_space(self, params):
+        return spaces.Box(-jnp.inf, jnp.inf, (2,), jnp.float32)
+
+
+def rollout(env, params, actions, key=None):
+    key = jax.random.PRNGKey(0) if key is None else key
+    obs, state = env.reset(key, params)
+    out = []
+    for action in actions:
+        key, step_key = jax.random.split(key)
+        obs, state, reward, terminated, truncated, info = env.step(step_key, state, action, params)
+        out.append((obs, reward, terminated, truncated, info))
+    return out
+
+
+def test_unknown_env_names_close_ids():
+    with pytest.raises(ValueError, match="CartPole-v1"):
+        envs.make("CartPole-v2")
+    assert "CartPole-v1" in envs.list_envs()
+
+
+def test_episode_statistics_across_auto_reset():
+    env = envs.EpisodeStatistics(Counter())
+    steps = rollout(env, CounterParams(), [jnp.zeros(1)] * 7)
+    done = [bool(s[4]["episode_done"]) for s in steps]
+    assert done == [False, False, True, False, False, True, False]
+    for t in (2, 5):
+        info = steps[t][4]
+        assert float(info["episode_return"]) == 1 + 2 + 3
+        assert int(info["episode_length"]) == 3
+        # After the auto-reset the observation is the new episode's first, the old one's last is kept.
+        np.testing.assert_array_equal(steps[t][0], [0.0, 0.0])
+        np.testing.assert_array_equal(info["final_observation"], [3.0, 0.0])
+    # The running return restarts from zero after the reset.
+    assert float(steps[6][4]["episode_return"]) == 1.0
+
+
+def test_truncation_is_not_termination():
+    env = envs.EpisodeStatistics(Counter())
+    params = CounterParams(max_steps_in_episode=2, episode_end=10)
+    steps = rollout(env, params, [jnp.zeros(1)] * 2)
+    _, _, terminated, truncated, info = steps[1]
+    assert bool(truncated) and not bool(terminated) and bool(info["episode_done"])
+    env, params = envs.make_vec("CartPole-v1", 3)
+    _, state = env.reset(jax.random.PRNGKey(0), params.replace(max_steps_in_episode=4))
+    for _ in range(4):
+        _, state, _, terminated, truncated, info = env.step(
+            jax.random.PRNGKey(1), state, jnp.zeros(3, jnp.int32), params.replace(max_steps_in_episode=4)
+        )
+    assert truncated.all() and not terminated.any() and info["episode_done"].all()
+
+
+def test_flatten_minatar_observations():
+    env, params = envs.make_vec("Breakout-MinAtar", 2)
+    obs, state = env.reset(jax.random.PRNGKey(0), params)
+    assert obs.shape == (2, 400) and obs.dtype == jnp.float32
+    _, _, _, _, _, info = env.step(jax.random.PRNGKey(1), state, jnp.zeros(2, jnp.int32), params)
+    assert info["final_observation"].shape == (2, 400)
+
+
+def test_clip_action_to_bounds():
+    env = envs.ClipAction(Counter())
+    steps = rollout(env, CounterParams(), [jnp.array([5.0]), jnp.array([-3.0]), jnp.array([0.25])])
+    assert [float(s[0][1]) for s in steps[:2]] == [1.0, -1.0]
+    assert float(steps[2][4]["final_observation"][1]) == 0.25
+
+
+def test_normalize_observation_matches_numpy_statistics():
+    raw_env = envs.VecEnv(envs.EpisodeStatistics(Counter()), 2)
+    env = envs.NormalizeObservation(raw_env)
+    params = CounterParams(episode_end=4)
+    obs, state = env.reset(jax.random.PRNGKey(0), params)
+    raw_obs, raw_state = raw_env.reset(jax.random.PRNGKey(0), params)
+    seen = [np.asarray(raw_obs)]
+    for t in range(6):
+        action = jnp.array([[0.1 * t], [-0.2 * t]])
+        obs, state, *_ = env.step(jax.random.PRNGKey(t), state, action, params)
+        raw_obs, raw_state, *_ = raw_env.step(jax.random.PRNGKey(t), raw_state, action, params)
+        seen.append(np.asarray(raw_obs))
+    seen = np.concatenate(seen)
+    stats = envs.observation_stats(state)
+    # The running statistics start from a tiny prior count (1e-4), so they match to that precision.
+    np.testing.assert_allclose(stats.mean, seen.mean(0), rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(stats.var, seen.var(0), rtol=1e-3, atol=1e-4)
+    expected = np.clip((seen[-2:] - seen.mean(0)) / np.sqrt(seen.var(0) + 1e-8), -10, 10)
+    np.testing.assert_allclose(obs, expected, rtol=1e-3, atol=1e-3)
+
+
+def test_normalize_reward_keeps_raw_episode_statistics():
+    env = envs.NormalizeReward(envs.VecEnv(envs.EpisodeStatistics(Counter()), 1), gamma=0.9)
+    params = CounterParams()
+    _, state = env.reset(jax.random.PRNGKey(0), params)
+    scaled, returns, g = [], [], []
+    discounted = 0.0
+    for t in range(3):
+        _, state, reward, _, _, info = env.step(jax.random.PRNGKey(t), state, jnp.zeros((1, 1)), params)
+        scaled.append(float(reward[0]))
+        returns.append(float(info["episode_return"][0]))
+        discounted = 0.9 * discounted + (t + 1)
+        g.append(discounted)
+    assert returns == [1.0, 3.0, 6.0]
+    # Each reward is divided by the std of the discounted returns seen so far (with the 1e-4 prior).
+    assert scaled[-1] == pytest.approx(3.0 / np.std(g), rel=1e-2)
+    assert float(state.discounted_return[0]) == 0.0  # reset at the episode end
+
+
+def test_evaluate_returns_first_episode_per_env():
+    vec = envs.VecEnv(envs.EpisodeStatistics(Counter()), 3)
+    returns = envs.evaluate(vec, CounterParams(), lambda obs: jnp.zeros((3, 1)), jax.random.PRNGKey(0), 8)
+    np.testing.assert_array_equal(returns, [6.0, 6.0, 6.0])
+    # An episode that never ends within num_steps has no return: NaN, not a made-up number.
+    returns = envs.evaluate(vec, CounterParams(episode_end=50), lambda obs: jnp.zeros((3, 1)),
+                            jax.random.PRNGKey(0), 8)
+    assert np.isnan(returns).all()
