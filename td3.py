@@ -1,0 +1,634 @@
+"""TD3: Twin Delayed DDPG (Fujimoto et al. 2018, "Addressing Function Approximation Error in Actor-Critic
+Methods"), for continuous actions, with the replay buffer inside the train state.
+
+Acting, storing, sampling and updating all run in one `jax.jit` (nested `lax.scan`s), and `jax.vmap` trains
+`--num-seeds` agents, each with its own ring buffer, in the same compiled program:
+
+    python td3.py --env Pendulum-v1 --num-seeds 4
+    python td3.py --env brax/halfcheetah:mjx --total-timesteps 1000000 --num-envs 1 --updates-per-step 1 \
+        --learning-starts 10000 --log-every 5000        # the paper's setting, on a GPU (README)
+
+Writes `<out-dir>/<run-name>/`: config.json, metrics.csv (one row per `--log-every` env steps and seed),
+learning_curve.png and summary.json; with `--track`, a wandb run as well.
+"""
+
+import os
+
+# XLA:CPU in jax 0.10 can hang on vmapped training with the concurrency-optimised scheduler (see README).
+if "XLA_FLAGS" not in os.environ:
+    os.environ["XLA_FLAGS"] = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+
+import csv
+import json
+import sys
+import threading
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from typing import Any, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import tyro
+from flax import struct
+from flax.training.train_state import TrainState
+
+import envs
+
+
+@dataclass(frozen=True)
+class Config:
+    # experiment
+    env: str = "Pendulum-v1"
+    """environment id with continuous actions: a gymnax id, or brax/<task>[:<backend>] (see envs.list_envs())"""
+    seed: int = 0
+    """seed of agent 0; agent i uses seed + i, so any agent can be re-run alone with --seed"""
+    num_seeds: int = 1
+    """independent agents trained in parallel in one compiled program (vmapped)"""
+    total_timesteps: int = 50_000
+    """env steps (transitions) per agent, summed over its envs"""
+    # algorithm
+    num_envs: int = 8
+    """parallel envs per agent; each env step writes num_envs transitions into the agent's buffer"""
+    buffer_size: int = 1_000_000
+    """replay buffer capacity in transitions (allocated: at most total_timesteps)"""
+    batch_size: int = 256
+    """transitions per gradient update, sampled uniformly from the buffer"""
+    learning_starts: int = 5_000
+    """env steps (transitions) per agent of uniformly random actions before the first update"""
+    update_every: int = 1
+    """vector-env steps (each num_envs transitions) between update phases"""
+    updates_per_step: float = 0.125
+    """critic updates per transition (replay ratio; the paper: 1); a phase runs update_every * num_envs * this"""
+    learning_rate: float = 3e-4
+    """Adam learning rate of actor and critics"""
+    gamma: float = 0.99
+    """discount factor"""
+    tau: float = 0.005
+    """target networks move this fraction towards the online ones at each actor update"""
+    policy_delay: int = 2
+    """critic updates per actor (and target) update"""
+    exploration_noise: float = 0.1
+    """std of the Gaussian action noise while acting, in units of half the action range"""
+    policy_noise: float = 0.2
+    """std of the target policy smoothing noise, in units of half the action range"""
+    noise_clip: float = 0.5
+    """the smoothing noise is clipped to +-noise_clip, in units of half the action range"""
+    # network
+    hidden_size: int = 256
+    """width of the two ReLU hidden layers of actor and critics"""
+    # evaluation and logging
+    eval_episodes: int = 10
+    """episodes of the deterministic final policy per agent"""
+    track: bool = False
+    """log to Weights & Biases"""
+    wandb_project: str = "scanrl"
+    """wandb project"""
+    wandb_entity: str | None = None
+    """wandb entity (team or user)"""
+    wandb_group: str | None = None
+    """wandb group"""
+    out_dir: str = "runs"
+    """parent directory of the run directory"""
+    run_name: str | None = None
+    """run directory name; default {env}__td3__{seed}__{unix time}"""
+    log_every: int = 1000
+    """env steps per agent per metrics row; each row is printed (and logged to wandb)"""
+
+
+class Actor(nn.Module):
+    """mu(s) in [-1, 1]^action_dim; `policy` in `make_networks` scales it to the env's action bounds."""
+
+    action_dim: int
+    hidden_size: int
+
+    @nn.compact
+    def __call__(self, obs):
+        x = nn.relu(nn.Dense(self.hidden_size)(obs))
+        x = nn.relu(nn.Dense(self.hidden_size)(x))
+        return nn.tanh(nn.Dense(self.action_dim)(x))
+
+
+class Critic(nn.Module):
+    """Q(s, a). TD3's twin critics are two parameter sets of this module stacked on a leading axis."""
+
+    hidden_size: int
+
+    @nn.compact
+    def __call__(self, obs, action):
+        x = jnp.concatenate([obs, action], axis=-1)
+        x = nn.relu(nn.Dense(self.hidden_size)(x))
+        x = nn.relu(nn.Dense(self.hidden_size)(x))
+        return nn.Dense(1)(x).squeeze(-1)
+
+
+class Transition(NamedTuple):
+    obs: jax.Array
+    action: jax.Array
+    reward: jax.Array
+    terminated: jax.Array
+    next_obs: jax.Array  # the true next observation, also where the episode was truncated and auto-reset
+
+
+@struct.dataclass
+class ReplayBuffer:
+    """A fixed-size ring buffer of transitions: a plain pytree, so it lives in the train state and vmaps."""
+
+    data: Transition  # arrays with a leading capacity axis
+    pos: jax.Array  # next row to write
+    size: jax.Array  # rows filled so far
+
+    @classmethod
+    def create(cls, capacity: int, example: Transition):
+        data = jax.tree.map(lambda x: jnp.zeros((capacity,) + x.shape[1:], x.dtype), example)
+        return cls(data, jnp.int32(0), jnp.int32(0))
+
+    def add(self, batch: Transition):
+        """Writes a batch of transitions (leading axis n); the capacity is a multiple of n, so no write wraps."""
+        n = jax.tree.leaves(batch)[0].shape[0]
+        capacity = jax.tree.leaves(self.data)[0].shape[0]
+        data = jax.tree.map(lambda d, x: jax.lax.dynamic_update_slice_in_dim(d, x, self.pos, 0), self.data, batch)
+        return ReplayBuffer(data, (self.pos + n) % capacity, jnp.minimum(self.size + n, capacity))
+
+    def sample(self, key, batch_size: int) -> Transition:
+        """Uniformly, with replacement, from the filled rows."""
+        index = jax.random.randint(key, (batch_size,), 0, self.size)
+        return jax.tree.map(lambda x: x[index], self.data)
+
+
+class Learner(NamedTuple):
+    actor: TrainState
+    critic: TrainState  # twin critics: every parameter has a leading axis of 2
+    actor_target: Any
+    critic_target: Any
+
+
+class RunnerState(NamedTuple):
+    learner: Learner
+    buffer: ReplayBuffer
+    env_state: Any
+    obs: jax.Array
+    rng: jax.Array
+
+
+def td3_target(key, next_obs, reward, terminated, target_policy, target_twin_q, low, high, gamma, policy_noise,
+               noise_clip):
+    """Clipped double-Q target with target policy smoothing (Fujimoto et al. 2018, eqs. 10 and 14):
+    y = r + gamma (1 - terminated) min_i Q'_i(s', a'),  a' = clip(mu'(s') + clip(eps, -c, c), low, high),
+    eps ~ N(0, sigma^2), with sigma = policy_noise and c = noise_clip in units of half the action range.
+    Only termination cuts the bootstrap: a truncated transition keeps its true s'."""
+    half_range = (high - low) / 2
+    next_action = target_policy(next_obs)
+    eps = jnp.clip(policy_noise * jax.random.normal(key, next_action.shape), -noise_clip, noise_clip)
+    next_action = jnp.clip(next_action + eps * half_range, low, high)
+    next_q = target_twin_q(next_obs, next_action).min(axis=0)
+    return reward + gamma * (1.0 - terminated) * next_q
+
+
+def polyak(params, target_params, tau):
+    """theta' <- tau theta + (1 - tau) theta': the target moves a small step towards the online network."""
+    return jax.tree.map(lambda p, t: tau * p + (1.0 - tau) * t, params, target_params)
+
+
+def action_bounds(env, env_params):
+    space = env.action_space(env_params)
+    low = jnp.broadcast_to(jnp.asarray(space.low, jnp.float32), space.shape)
+    high = jnp.broadcast_to(jnp.asarray(space.high, jnp.float32), space.shape)
+    return low, high
+
+
+def make_networks(config: Config, env, env_params):
+    """The actor, the critic module, and functions mu(params, obs) in env units and Q_1, Q_1..2 of twin params."""
+    low, high = action_bounds(env, env_params)
+    actor = Actor(low.shape[0], config.hidden_size)
+    critic = Critic(config.hidden_size)
+
+    def policy(params, obs):
+        return low + (actor.apply(params, obs) + 1.0) * (high - low) / 2
+
+    def twin_q(params, obs, action):
+        return jax.vmap(critic.apply, in_axes=(0, None, None))(params, obs, action)
+
+    def q1(params, obs, action):
+        return critic.apply(jax.tree.map(lambda p: p[0], params), obs, action)
+
+    return actor, critic, policy, twin_q, q1
+
+
+def derived_sizes(config: Config):
+    """Sizes fixed by the config: env steps per update phase, updates per phase, phases per metrics row,
+    rows, and the buffer capacity (a multiple of num_envs, no larger than the transitions a run produces)."""
+    steps_per_phase = config.num_envs * config.update_every
+    updates_per_phase = round(config.updates_per_step * steps_per_phase)
+    num_rows = config.total_timesteps // config.log_every
+    capacity = min(config.buffer_size, num_rows * config.log_every)
+    capacity = -(-capacity // config.num_envs) * config.num_envs
+    return steps_per_phase, updates_per_phase, config.log_every // steps_per_phase, num_rows, capacity
+
+
+def make_train(config: Config, log_fn=None):
+    """Returns `train(rng) -> (runner_state, metrics)`, pure and jittable; metrics have a leading row axis
+    (one row per `log_every` env steps).
+
+    `log_fn(rng, row, metrics)`, if given, is called on the host after every row (once per agent when
+    vmapped); it only reads values, so it cannot change the numbers a run produces.
+    """
+    steps_per_phase, updates_per_phase, phases_per_row, num_rows, capacity = derived_sizes(config)
+    env, env_params = envs.make_vec(config.env, config.num_envs)
+    low, high = action_bounds(env, env_params)
+    half_range = (high - low) / 2
+    actor, critic, policy, twin_q, q1 = make_networks(config, env, env_params)
+    tx = optax.adam(config.learning_rate)
+    nan = jnp.float32(jnp.nan)
+    # Updates start in the phase whose env steps fill the buffer to learning_starts transitions.
+    first_update_phase = max(-(-config.learning_starts // steps_per_phase) - 1, 0)
+
+    def train(rng):
+        seed_key = rng
+        rng, key_actor, key_critic, key_reset = jax.random.split(rng, 4)
+        obs, env_state = env.reset(key_reset, env_params)
+        actor_params = actor.init(key_actor, obs[0])
+        critic_params = jax.vmap(critic.init, in_axes=(0, None, None))(
+            jax.random.split(key_critic, 2), obs[0], low
+        )
+        learner = Learner(
+            TrainState.create(apply_fn=None, params=actor_params, tx=tx),
+            TrainState.create(apply_fn=None, params=critic_params, tx=tx),
+            actor_params,
+            critic_params,
+        )
+        zeros = jnp.zeros(config.num_envs)
+        buffer = ReplayBuffer.create(capacity, Transition(obs, jnp.zeros((config.num_envs,) + low.shape), zeros,
+                                                          zeros, obs))
+
+        def _env_step(runner, step):
+            # Uniform random actions for the first learning_starts env steps (the paper's start_timesteps),
+            # then mu(s) plus Gaussian exploration noise. `step` counts steps of one env.
+            learner, buffer, env_state, obs, rng = runner
+            rng, key_random, key_noise, key_step = jax.random.split(rng, 4)
+            random_action = jax.random.uniform(key_random, (config.num_envs,) + low.shape, minval=low, maxval=high)
+            noise = config.exploration_noise * half_range * jax.random.normal(key_noise, random_action.shape)
+            explore_action = jnp.clip(policy(learner.actor.params, obs) + noise, low, high)
+            action = jnp.where(step * config.num_envs < config.learning_starts, random_action, explore_action)
+            next_obs, env_state, reward, terminated, _, info = env.step(key_step, env_state, action, env_params)
+            # s' is the true next obs also where a time limit truncated the episode (and the env auto-reset),
+            # and only termination is stored: truncated transitions keep their bootstrap.
+            transition = Transition(obs, action, reward, terminated.astype(jnp.float32), info["final_observation"])
+            runner = RunnerState(learner, buffer.add(transition), env_state, next_obs, rng)
+            return runner, (info["episode_done"], info["episode_return"], info["episode_length"])
+
+        def _update_critics(learner, batch, key):
+            target = td3_target(
+                key, batch.next_obs, batch.reward, batch.terminated,
+                lambda o: policy(learner.actor_target, o), lambda o, a: twin_q(learner.critic_target, o, a),
+                low, high, config.gamma, config.policy_noise, config.noise_clip,
+            )
+
+            def _loss_fn(params):
+                q = twin_q(params, batch.obs, batch.action)
+                return ((q - target) ** 2).mean(axis=1).sum(), q[0].mean()
+
+            (loss, q_value), grads = jax.value_and_grad(_loss_fn, has_aux=True)(learner.critic.params)
+            return learner._replace(critic=learner.critic.apply_gradients(grads=grads)), loss, q_value
+
+        def _update_actor_and_targets(learner, obs):
+            def _loss_fn(params):
+                return -q1(learner.critic.params, obs, policy(params, obs)).mean()
+
+            loss, grads = jax.value_and_grad(_loss_fn)(learner.actor.params)
+            actor_state = learner.actor.apply_gradients(grads=grads)
+            return Learner(
+                actor_state,
+                learner.critic,
+                polyak(actor_state.params, learner.actor_target, config.tau),
+                polyak(learner.critic.params, learner.critic_target, config.tau),
+            ), loss
+
+        def _update(carry, update):
+            learner, buffer, rng = carry
+            rng, key_sample, key_noise = jax.random.split(rng, 3)
+            batch = buffer.sample(key_sample, config.batch_size)
+            learner, critic_loss, q_value = _update_critics(learner, batch, key_noise)
+            # Delayed policy updates (Fujimoto et al. 2018, sec. 5.2). `update` is the same for every agent, so
+            # under vmap this stays a real branch: the actor's forward and backward pass run only when taken.
+            learner, actor_loss = jax.lax.cond(
+                (update + 1) % config.policy_delay == 0,
+                _update_actor_and_targets,
+                lambda learner, _: (learner, nan),
+                learner, batch.obs,
+            )
+            return (learner, buffer, rng), (critic_loss, actor_loss, q_value)
+
+        def _phase(runner, phase):
+            """`update_every` env steps, then `updates_per_phase` updates once the buffer holds learning_starts."""
+            steps = phase * config.update_every + jnp.arange(config.update_every)
+            runner, episodes = jax.lax.scan(_env_step, runner, steps)
+            learner, buffer, env_state, obs, rng = runner
+            # Counts updates from the first one, as the paper's delay counter does.
+            updates = (phase - first_update_phase) * updates_per_phase + jnp.arange(updates_per_phase)
+            (learner, _, rng), losses = jax.lax.cond(
+                phase >= first_update_phase,
+                lambda carry: jax.lax.scan(_update, carry, updates),
+                lambda carry: (carry, (jnp.full(updates_per_phase, nan),) * 3),
+                (learner, buffer, rng),
+            )
+            return RunnerState(learner, buffer, env_state, obs, rng), (episodes, losses)
+
+        def _row(runner, row):
+            phases = row * phases_per_row + jnp.arange(phases_per_row)
+            runner, ((done, episode_return, episode_length), (critic_loss, actor_loss, q_value)) = jax.lax.scan(
+                _phase, runner, phases
+            )
+            episodes = done.sum()
+            metrics = {
+                "env_steps": (row + 1) * config.log_every,
+                "updates": jnp.maximum(phases[-1] - first_update_phase + 1, 0) * updates_per_phase,
+                "episodes": episodes,
+                # Mean over the episodes that ended in this row; NaN if none did (likewise the losses).
+                "episode_return": (episode_return * done).sum() / episodes,
+                "episode_length": (episode_length * done).sum() / episodes,
+                "loss/critic": jnp.nanmean(critic_loss),
+                "loss/actor": jnp.nanmean(actor_loss),
+                "q_value": jnp.nanmean(q_value),
+            }
+            if log_fn is not None:
+                jax.debug.callback(log_fn, seed_key, row, metrics)
+            return runner, metrics
+
+        runner = RunnerState(learner, buffer, env_state, obs, rng)
+        return jax.lax.scan(_row, runner, jnp.arange(num_rows))
+
+    return train
+
+
+def make_evaluate(config: Config):
+    """Returns `evaluate(rng, runner_state) -> (eval_episodes,)` returns of the deterministic actor mu(s) on
+    fresh episodes."""
+    env, env_params = envs.make_vec(config.env, config.eval_episodes)
+    _, _, policy, _, _ = make_networks(config, env, env_params)
+
+    def evaluate(rng, runner):
+        act = lambda obs: policy(runner.learner.actor.params, obs)  # noqa: E731
+        return envs.evaluate(env, env_params, act, rng, env_params.max_steps_in_episode)
+
+    return evaluate
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Checking the config, and everything written to the run directory.
+
+
+def validate(config: Config) -> str | None:
+    """Returns one line saying what is wrong with the config, or None if it can be trained."""
+    for name in ("num_seeds", "total_timesteps", "num_envs", "buffer_size", "batch_size", "update_every",
+                 "policy_delay", "hidden_size", "eval_episodes", "log_every"):
+        if getattr(config, name) <= 0:
+            return f"--{name.replace('_', '-')} must be a positive integer, got {getattr(config, name)}"
+    if config.learning_starts < 0:
+        return f"--learning-starts must be 0 or more, got {config.learning_starts}"
+    if config.learning_rate <= 0 or config.updates_per_step <= 0:
+        return "--learning-rate and --updates-per-step must be positive"
+    if not 0 <= config.gamma <= 1 or not 0 < config.tau <= 1:
+        return "--gamma must lie in [0, 1] and --tau in (0, 1]"
+    if min(config.exploration_noise, config.policy_noise, config.noise_clip) < 0:
+        return "--exploration-noise, --policy-noise and --noise-clip must be 0 or more"
+    try:
+        env, env_params = envs.make(config.env)
+        discrete = envs.is_discrete(env, env_params)
+    except ValueError as error:
+        return f"--env: {error}"
+    if discrete:
+        return f"--env {config.env} has discrete actions; TD3 needs a continuous (Box) action space"
+    steps_per_phase = config.num_envs * config.update_every
+    updates = config.updates_per_step * steps_per_phase
+    if abs(updates - round(updates)) > 1e-9:
+        return (f"--updates-per-step {config.updates_per_step} x --update-every x --num-envs = {updates:g} "
+                "updates per phase; it must be a whole number")
+    if config.log_every % steps_per_phase:
+        return (f"--log-every {config.log_every} must be a multiple of --num-envs x --update-every "
+                f"= {steps_per_phase}")
+    if config.total_timesteps < config.log_every:
+        return f"--total-timesteps {config.total_timesteps} is smaller than --log-every {config.log_every}"
+    if config.learning_starts >= config.total_timesteps // config.log_every * config.log_every:
+        return (f"--learning-starts {config.learning_starts} leaves no steps to learn in "
+                f"--total-timesteps {config.total_timesteps}")
+    return None
+
+
+METRIC_KEYS = ("env_steps", "updates", "episodes", "episode_return", "episode_length",
+               "loss/actor", "loss/critic", "q_value")
+
+
+def write_metrics_csv(path, rows):
+    """Writes rows of (seed, row, metrics dict) to `path` atomically."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["seed", "row", *METRIC_KEYS])
+        for seed, row, metrics in rows:
+            writer.writerow([seed, row, *(metrics[k] for k in METRIC_KEYS)])
+    os.replace(tmp, path)
+
+
+class Progress:
+    """Host side of the logging callback: gathers one row's metrics from every agent, then prints a line,
+    appends the rows to metrics.csv and logs to wandb. Training never waits on it beyond the call itself."""
+
+    def __init__(self, config: Config, seed_keys, run_dir, wandb_run):
+        self.config = config
+        self.seed_of = {tuple(np.asarray(k).tolist()): config.seed + i for i, k in enumerate(seed_keys)}
+        self.run_dir = run_dir
+        self.wandb_run = wandb_run
+        self.pending = {}
+        self.rows = []
+        self.lock = threading.Lock()
+        self.start = time.perf_counter()
+
+    def __call__(self, seed_key, row, metrics):
+        seed = self.seed_of[tuple(np.asarray(seed_key).tolist())]
+        row = int(row)
+        with self.lock:
+            got = self.pending.setdefault(row, {})
+            got[seed] = {k: float(v) for k, v in metrics.items()}
+            if len(got) < len(self.seed_of):
+                return
+            del self.pending[row]
+            self._emit(row, got)
+
+    def _emit(self, row, by_seed):
+        seeds = sorted(by_seed)
+        returns = np.array([by_seed[s]["episode_return"] for s in seeds])
+        env_steps = int(by_seed[seeds[0]]["env_steps"])
+        updates = int(by_seed[seeds[0]]["updates"])
+        sps = env_steps * len(seeds) / (time.perf_counter() - self.start)
+        if np.all(np.isnan(returns)):
+            ret = "no episode ended"
+        else:
+            ret = (f"return mean {np.nanmean(returns):8.2f}  min {np.nanmin(returns):8.2f}  "
+                   f"max {np.nanmax(returns):8.2f}")
+        print(f"env_steps {env_steps:10d}  updates {updates:9d}  sps {sps:8.0f}  {ret}", flush=True)
+        self.rows += [(s, row, by_seed[s]) for s in seeds]
+        write_metrics_csv(os.path.join(self.run_dir, "metrics.csv"), self.rows)
+        if self.wandb_run is not None:
+            log = {"sps": sps}
+            for key in METRIC_KEYS[1:]:
+                values = np.array([by_seed[s][key] for s in seeds])
+                log[f"{key}/mean"] = np.nanmean(values) if not np.all(np.isnan(values)) else np.nan
+            log["episode_return/min"] = np.nanmin(returns) if not np.all(np.isnan(returns)) else np.nan
+            log["episode_return/max"] = np.nanmax(returns) if not np.all(np.isnan(returns)) else np.nan
+            log.update({f"episode_return/seed_{s}": by_seed[s]["episode_return"] for s in seeds})
+            safe_wandb(self.wandb_run.log, log, step=env_steps)
+
+
+def safe_wandb(fn, *args, **kwargs):
+    """Calls a wandb function; a wandb failure becomes a one-line warning, never a stopped run."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as error:  # noqa: BLE001 - wandb may raise anything; training must go on
+        print(f"warning: wandb: {type(error).__name__}: {error}", file=sys.stderr)
+        return None
+
+
+def start_wandb(config: Config, run_name, run_dir):
+    try:
+        import wandb
+
+        return wandb.init(
+            project=config.wandb_project, entity=config.wandb_entity, group=config.wandb_group,
+            name=run_name, config=asdict(config), dir=run_dir,
+        )
+    except Exception as error:  # noqa: BLE001
+        print(f"warning: wandb could not start ({type(error).__name__}: {error}); "
+              "training goes on with local files only", file=sys.stderr)
+        return None
+
+
+def finish_wandb(wandb_run, summary, curve_path):
+    def _finish():
+        import wandb
+
+        wandb_run.log({"learning_curve": wandb.Image(curve_path)})
+        wandb_run.summary.update(summary)
+        wandb_run.finish()
+
+    safe_wandb(_finish)
+
+
+def final_returns(metrics):
+    """Per seed: mean return of the episodes that ended in the last 10% of rows."""
+    num_rows = metrics["episodes"].shape[1]
+    tail = slice(num_rows - max(1, num_rows // 10), None)
+    episodes = metrics["episodes"][:, tail]
+    total = np.nansum(metrics["episode_return"][:, tail] * episodes, axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return total / episodes.sum(axis=1)
+
+
+def plot_learning_curve(path, metrics, title):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = metrics["env_steps"][0]
+    returns = metrics["episode_return"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns: no episode ended yet
+        mean, low, high = np.nanmean(returns, 0), np.nanmin(returns, 0), np.nanmax(returns, 0)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(steps, mean, label=f"mean over {returns.shape[0]} seeds")
+    ax.fill_between(steps, low, high, alpha=0.25, label="min to max")
+    ax.set_xlabel("env steps per agent")
+    ax.set_ylabel("episode return")
+    ax.set_title(title)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def to_json(x):
+    x = np.asarray(x)
+    return [None if np.isnan(v) else float(v) for v in x.ravel()]
+
+
+def main(config: Config):
+    error = validate(config)
+    if error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+    # Brax ids hold a '/' (and maybe a ':'); neither belongs in a directory name.
+    env_name = config.env.replace("/", "-").replace(":", "-")
+    run_name = config.run_name or f"{env_name}__td3__{config.seed}__{int(time.time())}"
+    run_dir = os.path.join(config.out_dir, run_name)
+    if os.path.isdir(run_dir) and os.listdir(run_dir):
+        print(f"error: run directory {run_dir} exists and is not empty; choose another --run-name",
+              file=sys.stderr)
+        sys.exit(2)
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "config.json"), "w") as f:
+        json.dump({"algo": "td3", **asdict(config)}, f, indent=2)
+    wandb_run = start_wandb(config, run_name, run_dir) if config.track else None
+
+    seeds = [config.seed + i for i in range(config.num_seeds)]
+    keys = jnp.stack([jax.random.PRNGKey(s) for s in seeds])
+    progress = Progress(config, keys, run_dir, wandb_run)
+    train = jax.jit(jax.vmap(make_train(config, log_fn=progress)))
+    print(f"td3 on {config.env}: {config.num_seeds} agents x {config.total_timesteps} steps, run dir {run_dir}")
+    t0 = time.perf_counter()
+    compiled = train.lower(keys).compile()
+    compile_s = time.perf_counter() - t0
+    print(f"compiled in {compile_s:.1f} s")
+    progress.start = time.perf_counter()
+    runner, metrics = jax.block_until_ready(compiled(keys))
+    train_s = time.perf_counter() - progress.start
+
+    eval_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
+    eval_returns = np.asarray(jax.jit(jax.vmap(make_evaluate(config)))(eval_keys, runner)).mean(axis=1)
+
+    metrics = jax.tree.map(np.asarray, metrics)
+    num_rows = metrics["env_steps"].shape[1]
+    rows = [(s, r, {k: metrics[k][i, r] for k in METRIC_KEYS}) for i, s in enumerate(seeds)
+            for r in range(num_rows)]
+    write_metrics_csv(os.path.join(run_dir, "metrics.csv"), rows)
+    plot_learning_curve(os.path.join(run_dir, "learning_curve.png"), metrics, f"td3 on {config.env}")
+    env_steps = int(metrics["env_steps"][0, -1])
+    updates = int(metrics["updates"][0, -1])
+    final = final_returns(metrics)
+    summary = {
+        "algo": "td3",
+        "env": config.env,
+        "num_seeds": config.num_seeds,
+        "seeds": seeds,
+        "total_timesteps": config.total_timesteps,
+        "env_steps": env_steps,
+        "updates": updates,
+        "compile_s": compile_s,
+        "train_s": train_s,
+        "sps": env_steps * config.num_seeds / train_s,
+        "updates_per_s": updates * config.num_seeds / train_s,
+        "final_return": to_json(final),
+        "eval_return": to_json(eval_returns),
+    }
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    print(f"\n{'=' * 72}\ntd3 on {config.env}: {config.num_seeds} agents, {env_steps} env steps and "
+          f"{updates} updates each")
+    print(f"compile {compile_s:.1f} s, train {train_s:.1f} s, {summary['sps']:.0f} env steps/s and "
+          f"{summary['updates_per_s']:.0f} updates/s over all agents")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # no episode ended in a short run: the mean is NaN
+        print(f"final return (last 10% of training): mean {np.nanmean(final):.2f}, per seed "
+              + " ".join(f"{r:.1f}" for r in final))
+    print(f"eval return (deterministic policy):  mean {eval_returns.mean():.2f}, per seed "
+          + " ".join(f"{r:.1f}" for r in eval_returns))
+    print(f"written to {run_dir}\n{'=' * 72}")
+    if wandb_run is not None:
+        finish_wandb(wandb_run, summary, os.path.join(run_dir, "learning_curve.png"))
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Config))

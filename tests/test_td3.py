@@ -1,0 +1,238 @@
+"""td3.py: the TD3 target, polyak averaging, delayed policy updates, the replay buffer, the CLI, and learning."""
+
+import csv
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import read_run
+
+import envs
+import td3
+
+LOW, HIGH = np.array([-2.0, 0.0], np.float32), np.array([2.0, 1.0], np.float32)  # half ranges 2 and 0.5
+
+
+def target_by_hand(eps, next_mu, q1, q2, reward, terminated, gamma, sigma, c):
+    """The paper's target written out with numpy, given the standard normal draws `eps`."""
+    half_range = (HIGH - LOW) / 2
+    noise = np.clip(sigma * eps, -c, c) * half_range
+    next_action = np.clip(next_mu + noise, LOW, HIGH)
+    next_q = np.minimum(q1(next_action), q2(next_action))
+    return reward + gamma * (1.0 - terminated) * next_q, noise
+
+
+def test_target_matches_reference():
+    n, gamma, sigma, c = 64, 0.9, 0.4, 0.5
+    rng = np.random.default_rng(0)
+    next_obs = rng.normal(size=(n, 3)).astype(np.float32)
+    reward = rng.normal(size=n).astype(np.float32)
+    terminated = (rng.random(n) < 0.3).astype(np.float32)
+    next_mu = np.clip(next_obs[:, :2], LOW, HIGH)  # a target policy that stays inside the bounds
+    q1 = lambda a: 1.0 + 2.0 * a[..., 0] - a[..., 1]  # noqa: E731
+    q2 = lambda a: 0.5 - a[..., 0] + 3.0 * a[..., 1]  # noqa: E731
+    key = jax.random.PRNGKey(7)
+    target = td3.td3_target(
+        key, jnp.asarray(next_obs), jnp.asarray(reward), jnp.asarray(terminated),
+        lambda o: jnp.clip(o[:, :2], LOW, HIGH), lambda o, a: jnp.stack([q1(a), q2(a)]),
+        jnp.asarray(LOW), jnp.asarray(HIGH), gamma, sigma, c,
+    )
+    eps = np.asarray(jax.random.normal(key, (n, 2)))
+    expected, noise = target_by_hand(eps, next_mu, q1, q2, reward, terminated, gamma, sigma, c)
+    np.testing.assert_allclose(np.asarray(target), expected, rtol=1e-5, atol=1e-5)
+    # The cases the reference must have exercised: clipped noise, clipped actions, both twins as the min.
+    assert (np.abs(sigma * eps) > c).any() and (np.abs(sigma * eps) < c).any()
+    assert ((next_mu + noise < LOW) | (next_mu + noise > HIGH)).any()
+    a = np.clip(next_mu + noise, LOW, HIGH)
+    assert (q1(a) < q2(a)).any() and (q2(a) < q1(a)).any()
+    np.testing.assert_array_equal(np.asarray(target)[terminated == 1], reward[terminated == 1])
+
+
+def test_smoothing_noise_is_scaled_to_the_action_range():
+    n = 20_000
+    target = td3.td3_target(
+        jax.random.PRNGKey(0), jnp.zeros((n, 1)), jnp.zeros(n), jnp.zeros(n),
+        lambda o: jnp.zeros((n, 2)) + jnp.array([0.0, 0.5]), lambda o, a: jnp.stack([a[:, 0], a[:, 1] + 9]),
+        jnp.asarray(LOW), jnp.asarray(HIGH), 1.0, 0.2, 10.0,
+    )
+    # min picks Q_1 = a'_0 = mu'_0 + noise: std 0.2 x half range 2.
+    assert float(jnp.std(target)) == pytest.approx(0.4, rel=0.03)
+
+
+def test_bootstrap_after_truncation_not_after_termination():
+    args = (lambda o: jnp.zeros((1, 1)), lambda o, a: jnp.full((2, 1), 10.0),
+            jnp.array([-1.0]), jnp.array([1.0]), 0.9, 0.2, 0.5)
+    key, obs, reward = jax.random.PRNGKey(0), jnp.zeros((1, 3)), jnp.ones(1)
+    # A truncated transition is stored with terminated = 0 (see test_buffer_keeps_final_observation).
+    assert float(td3.td3_target(key, obs, reward, jnp.zeros(1), *args)[0]) == pytest.approx(1 + 0.9 * 10)
+    assert float(td3.td3_target(key, obs, reward, jnp.ones(1), *args)[0]) == pytest.approx(1.0)
+
+
+def test_polyak_moves_target_towards_online():
+    moved = td3.polyak({"w": jnp.ones(3)}, {"w": jnp.zeros(3)}, 0.005)
+    np.testing.assert_allclose(moved["w"], 0.005)
+
+
+def test_replay_buffer_is_a_ring():
+    column, flat = jnp.zeros((2, 1)), jnp.zeros(2)
+    example = td3.Transition(column, column, flat, flat, column)
+    buffer = td3.ReplayBuffer.create(6, example)
+    for i in range(4):  # 8 rows into 6: the first two are overwritten
+        rows = jnp.array([[2.0 * i], [2.0 * i + 1]])
+        buffer = buffer.add(td3.Transition(rows, rows, rows[:, 0], rows[:, 0], rows))
+    assert int(buffer.size) == 6 and int(buffer.pos) == 2
+    np.testing.assert_array_equal(buffer.data.obs[:, 0], [6, 7, 2, 3, 4, 5])
+    sample = buffer.sample(jax.random.PRNGKey(0), 1000)
+    assert set(np.asarray(sample.obs[:, 0]).tolist()) == {2, 3, 4, 5, 6, 7}
+    np.testing.assert_array_equal(sample.obs[:, 0], sample.reward)  # one index for every field
+
+    half = td3.ReplayBuffer.create(6, example).add(jax.tree.map(jnp.ones_like, example))
+    assert set(np.asarray(half.sample(jax.random.PRNGKey(0), 100).obs[:, 0]).tolist()) == {1.0}
+
+
+# Tiny networks: these tests check bookkeeping, not learning. Each config is one compile.
+TINY = dict(env="Pendulum-v1", num_envs=1, update_every=1, updates_per_step=1.0, hidden_size=32, batch_size=16,
+            policy_delay=3, log_every=1)
+
+
+def run_agent(**overrides):
+    return jax.jit(td3.make_train(td3.Config(**{**TINY, **overrides})))(jax.random.PRNGKey(0))
+
+
+@pytest.fixture(scope="module")
+def untrained():
+    """400 steps of Pendulum (two episodes, each truncated at 200), no update."""
+    return run_agent(total_timesteps=400, learning_starts=1000)
+
+
+@pytest.fixture(scope="module")
+def three_updates():
+    """10 steps, an update after each of the last three; with policy_delay 3 the actor moves once."""
+    return run_agent(total_timesteps=10, learning_starts=8)
+
+
+def test_buffer_keeps_final_observation(untrained):
+    runner, metrics = untrained
+    data = jax.tree.map(np.asarray, runner.buffer.data)
+    assert int(runner.buffer.size) == 400 and not data.terminated.any()  # Pendulum only truncates
+    follows = np.all(data.next_obs[:-1] == data.obs[1:], axis=1)
+    # s' is the next obs within an episode; at the truncation it is the true last obs, not the reset obs.
+    assert follows[np.arange(399) != 199].all() and not follows[199]
+    np.testing.assert_allclose(np.linalg.norm(data.next_obs[199, :2]), 1.0, rtol=1e-5)  # (cos, sin) of a state
+    assert int(np.nansum(metrics["episodes"])) == 2
+    assert np.isnan(metrics["loss/critic"]).all() and int(metrics["updates"][-1]) == 0
+
+
+def test_actor_updated_only_every_policy_delay(untrained, three_updates):
+    init, _ = untrained
+    runner, metrics = three_updates
+    np.testing.assert_array_equal(metrics["updates"], [0] * 7 + [1, 2, 3])
+    critic_loss, actor_loss = np.asarray(metrics["loss/critic"]), np.asarray(metrics["loss/actor"])
+    assert np.isfinite(critic_loss[7:]).all()
+    assert np.isnan(actor_loss[:9]).all() and np.isfinite(actor_loss[9])  # only the third update moved the actor
+
+    def differ(a, b):
+        return any(not np.allclose(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
+
+    assert differ(runner.learner.actor.params, init.learner.actor.params)
+    assert int(runner.learner.actor.step) == 1 and int(runner.learner.critic.step) == 3
+
+
+def test_targets_follow_online_networks_by_polyak(untrained, three_updates):
+    init, _ = untrained
+    learner = three_updates[0].learner
+    tau = td3.Config().tau
+    # One actor update happened (the last update), so the targets moved once from their initial values,
+    # towards the online networks as they were then: theta' = tau theta + (1 - tau) theta'_0.
+    for online, target, start in ((learner.actor.params, learner.actor_target, init.learner.actor.params),
+                                  (learner.critic.params, learner.critic_target, init.learner.critic.params)):
+        for p, t, s in zip(jax.tree.leaves(online), jax.tree.leaves(target), jax.tree.leaves(start), strict=True):
+            np.testing.assert_allclose(t, tau * p + (1 - tau) * s, rtol=1e-5, atol=1e-7)
+    np.testing.assert_array_equal(  # the critic targets start as copies of the twins, which differ
+        jax.tree.leaves(init.learner.critic_target)[0], jax.tree.leaves(init.learner.critic.params)[0]
+    )
+    assert not np.allclose(*jax.tree.leaves(init.learner.critic.params)[1])
+
+
+def test_validate_names_brax_install_command(monkeypatch):
+    from envs import brax as brax_envs
+
+    monkeypatch.setattr(brax_envs, "is_installed", lambda: False)
+    error = td3.validate(td3.Config(env="brax/halfcheetah"))
+    assert error is not None and "pip install -r requirements-brax.txt" in error
+    with pytest.raises(ValueError, match="requirements-brax.txt"):
+        envs.make("brax/halfcheetah")
+
+
+def test_help_lists_flags(run_script):
+    result = run_script("td3.py", "--help", add_out_dir=False)
+    assert result.returncode == 0
+    for flag in ("--env", "--seed", "--num-seeds", "--total-timesteps", "--track", "--wandb-project",
+                 "--wandb-entity", "--wandb-group", "--out-dir", "--run-name", "--log-every", "--buffer-size",
+                 "--batch-size", "--num-envs", "--update-every", "--updates-per-step", "--policy-delay"):
+        assert flag in result.stdout
+    assert "critic updates per actor (and target) update" in result.stdout
+
+
+SMALL = ["--total-timesteps", "1200", "--learning-starts", "800", "--log-every", "400", "--hidden-size", "32",
+         "--eval-episodes", "2", "--updates-per-step", "1"]
+
+
+def test_small_run_writes_every_output_and_wandb(run_script, tmp_path):
+    result = run_script("td3.py", *SMALL, "--num-seeds", "2", "--num-envs", "2", "--track", "--run-name", "small")
+    assert result.returncode == 0, result.stderr
+    assert "compiled in" in result.stdout and "env_steps       1200" in result.stdout
+    run_dir, summary = read_run(tmp_path / "runs")
+    assert run_dir.name == "small"
+    assert json.loads((run_dir / "config.json").read_text())["num_envs"] == 2
+    for key in ("algo", "env", "num_seeds", "seeds", "total_timesteps", "compile_s", "train_s", "sps"):
+        assert key in summary
+    assert summary["algo"] == "td3" and summary["env_steps"] == 1200 and summary["seeds"] == [0, 1]
+    assert summary["updates"] == 1200 - 800 + 2  # the phase that reaches learning_starts updates too
+    assert len(summary["final_return"]) == 2 and len(summary["eval_return"]) == 2
+    assert all(r is not None and r < 0 for r in summary["eval_return"])  # Pendulum's rewards are costs
+    with open(run_dir / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2 * 3 and {r["seed"] for r in rows} == {"0", "1"}
+    assert (run_dir / "learning_curve.png").stat().st_size > 1000
+    offline = list((run_dir / "wandb").glob("offline-run-*"))
+    assert len(offline) == 1 and any(offline[0].glob("*.wandb"))
+
+
+def test_wandb_failure_does_not_stop_training(run_script, tmp_path):
+    # run_script forces WANDB_MODE=offline; a project name wandb rejects makes wandb.init fail instead.
+    result = run_script("td3.py", *SMALL, "--track", "--wandb-project", "bad/name")
+    assert result.returncode == 0, result.stderr
+    assert "warning: wandb could not start" in result.stderr
+    read_run(tmp_path / "runs")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--env", "CartPole-v1"], "--env CartPole-v1 has discrete actions; TD3 needs a continuous"),
+        (["--env", "Pendulum-v2"], "--env: unknown env 'Pendulum-v2': did you mean Pendulum-v1"),
+        (["--num-envs", "0"], "--num-envs must be a positive integer"),
+        (["--log-every", "100"], "--log-every 100 must be a multiple of --num-envs x --update-every = 8"),
+        (["--updates-per-step", "0.3"], "updates per phase; it must be a whole number"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(run_script, tmp_path, args, message):
+    result = run_script("td3.py", *args)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+def test_pendulum_learns(run_script, tmp_path):
+    # Published TD3 and SAC runs reach about -150 on Pendulum; a random policy scores about -1200.
+    result = run_script("td3.py", "--env", "Pendulum-v1", "--num-seeds", "4")
+    assert result.returncode == 0, result.stderr
+    _, summary = read_run(tmp_path / "runs")
+    assert summary["env_steps"] <= 50_000
+    assert np.mean(summary["eval_return"]) >= -250, summary
