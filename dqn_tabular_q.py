@@ -1,0 +1,776 @@
+"""Value-based control: tabular Q-learning (Watkins 1989) when the env has a finite state space, DQN (Mnih et
+al. 2015; optionally double DQN, van Hasselt et al. 2016) when it does not.
+
+The whole training run is one `lax.scan` inside one `jax.jit`, and `jax.vmap` trains `--num-seeds` agents at
+once; the Q-table (or the Q-network, its target network and the replay buffer) lives in the scan carry:
+
+    python dqn_tabular_q.py --env GridWorld-v0 --num-seeds 30
+    python dqn_tabular_q.py --env CartPole-v1 --num-seeds 4
+
+Writes `<out-dir>/<run-name>/`: config.json, metrics.csv (one row per update and seed), learning_curve.png,
+summary.json and, on GridWorld-v0, q_values.png (max_a Q per cell with the greedy actions); with `--track`,
+a wandb run as well.
+"""
+
+import os
+
+# XLA:CPU in jax 0.10 can hang on vmapped training with the concurrency-optimised scheduler (see README).
+if "XLA_FLAGS" not in os.environ:
+    os.environ["XLA_FLAGS"] = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+
+import csv
+import dataclasses
+import json
+import sys
+import threading
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from typing import Literal, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import tyro
+from flax import struct
+from flax.training.train_state import TrainState
+
+import envs
+from envs.gridworld import ACTION_NAMES, GridWorld
+from envs.gridworld import EnvState as GridState
+
+
+@dataclass(frozen=True)
+class Config:
+    # experiment
+    env: str = "GridWorld-v0"
+    """environment id: any gymnax id, or one of ours (see envs.list_envs())"""
+    agent: Literal["auto", "tabular", "dqn"] = "auto"
+    """auto: a Q-table for finite-state envs (GridWorld-v0, FrozenLake-misc), DQN otherwise"""
+    seed: int = 0
+    """seed of agent 0; agent i uses seed + i, so any agent can be re-run alone with --seed"""
+    num_seeds: int = 1
+    """independent agents trained in parallel in one compiled program (vmapped)"""
+    total_timesteps: int = 500_000
+    """env steps per agent (summed over its envs)"""
+    # shared by both agents; None takes the agent's default, shown in brackets
+    num_envs: int | None = None
+    """parallel envs per agent [tabular 1: one env per agent, as in the classic setting; dqn 10]"""
+    num_steps: int | None = None
+    """steps per env in each update, one metrics row [tabular 1000; dqn 100]"""
+    learning_rate: float | None = None
+    """step size [tabular 0.1; dqn 2.5e-4, Adam]"""
+    gamma: float | None = None
+    """discount factor [tabular 0.9; dqn 0.99]"""
+    start_e: float | None = None
+    """epsilon of the epsilon-greedy policy at the start [tabular 0.1; dqn 1.0]"""
+    end_e: float | None = None
+    """epsilon at the end of the decay [tabular 0.1, i.e. constant; dqn 0.05]"""
+    exploration_fraction: float = 0.5
+    """fraction of total-timesteps over which epsilon decays linearly from start-e to end-e"""
+    # DQN only
+    buffer_size: int = 10_000
+    """replay buffer capacity in transitions (a ring buffer per agent)"""
+    batch_size: int = 128
+    """transitions per gradient step, sampled uniformly from the buffer"""
+    learning_starts: int = 10_000
+    """env steps of warm-up (epsilon-greedy, no learning) before the first gradient step"""
+    train_frequency: int = 10
+    """env steps per gradient step (summed over envs)"""
+    target_network_frequency: int = 500
+    """env steps between target network updates"""
+    tau: float = 1.0
+    """target update rate: 1 copies the online network (hard update), below 1 averages into it (polyak)"""
+    loss: Literal["mse", "huber"] = "mse"
+    """TD loss: mean squared error or Huber (smooth L1)"""
+    double_dqn: bool = False
+    """double DQN target: the online network picks the next action, the target network values it"""
+    anneal_lr: bool = True
+    """anneal the DQN learning rate linearly, reaching 0 after total-timesteps / train-frequency gradient steps"""
+    hidden_sizes: tuple[int, ...] = (120, 84)
+    """widths of the Q-network's hidden layers (ReLU)"""
+    # evaluation and logging
+    eval_episodes: int = 10
+    """episodes of the greedy final policy per agent"""
+    track: bool = False
+    """log to Weights & Biases"""
+    wandb_project: str = "scanrl"
+    """wandb project"""
+    wandb_entity: str | None = None
+    """wandb entity (team or user)"""
+    wandb_group: str | None = None
+    """wandb group"""
+    out_dir: str = "runs"
+    """parent directory of the run directory"""
+    run_name: str | None = None
+    """run directory name; default {env}__{tabular_q or dqn}__{seed}__{unix time}"""
+    log_every: int = 50
+    """print progress (and log to wandb) every this many updates"""
+
+
+AGENT_DEFAULTS = {
+    "tabular": dict(num_envs=1, num_steps=1000, learning_rate=0.1, gamma=0.9, start_e=0.1, end_e=0.1),
+    "dqn": dict(num_envs=10, num_steps=100, learning_rate=2.5e-4, gamma=0.99, start_e=1.0, end_e=0.05),
+}
+
+
+def resolve(config: Config) -> Config:
+    """The config with `agent` decided and every None replaced by that agent's default. Call after
+    `validate` (auto needs a known env)."""
+    agent = config.agent
+    if agent == "auto":
+        env, env_params = envs.make(config.env)
+        agent = "tabular" if envs.num_states(env, env_params) is not None else "dqn"
+    unset = {k: v for k, v in AGENT_DEFAULTS[agent].items() if getattr(config, k) is None}
+    return dataclasses.replace(config, agent=agent, **unset)
+
+
+def linear_epsilon(config: Config, env_steps):
+    """Epsilon after `env_steps` env steps: linear from start_e to end_e, then flat."""
+    decay_steps = max(1.0, config.exploration_fraction * config.total_timesteps)
+    frac = jnp.clip(env_steps / decay_steps, 0.0, 1.0)
+    return config.start_e + frac * (config.end_e - config.start_e)
+
+
+def finite_state_env(config: Config):
+    """`make_vec` env, its params and `index(obs batch) -> int32 states` for the table."""
+    env, env_params = envs.make_vec(config.env, config.num_envs)
+    return env, env_params, jax.vmap(lambda obs: envs.state_index(env, env_params, obs))
+
+
+def epsilon_greedy_with_random_ties(q, bits, epsilon):
+    """Epsilon-greedy actions for a batch of Q rows `q` (n, num_actions) from one uint32 `bits` per row.
+
+    The low 16 bits decide exploration (probability epsilon, to 1/65536); the high 16 bits pick uniformly
+    among the candidates: the tied greedy actions, or every action when exploring. A plain argmax would
+    always pick action 0 on a zero-initialised table. One word of randomness per step keeps the PRNG, the
+    most expensive part of a tabular step on CPU, small.
+    """
+    explore = (bits & 0xFFFF) < (epsilon * 65536.0).astype(jnp.uint32)
+    candidates = (q == q.max(-1, keepdims=True)) | explore[:, None]
+    count = candidates.sum(-1, dtype=jnp.uint32)
+    k = ((bits >> 16) * count) >> 16  # uniform in [0, count)
+    kth_candidate = candidates & (jnp.cumsum(candidates, -1, dtype=jnp.uint32) == (k + 1)[:, None])
+    return jnp.argmax(kth_candidate, -1).astype(jnp.int32)
+
+
+def episode_metrics(env_state_start, env_state_end, episodes, reward_sum, num_steps):
+    """Mean return and length of the episodes that ended during an update, from two per-env counters
+    carried through the step scan (episodes ended, rewards collected) and the running episode sums that
+    `EpisodeStatistics` keeps in the env state: each step adds its reward and 1 to the running sums and an
+    episode's end moves them to the ended ones, so ended = collected + running at start - running at end.
+    (Carrying fewer values through the scan keeps its body one fast XLA:CPU loop.)"""
+    ended_return = reward_sum + env_state_start.episode_return - env_state_end.episode_return
+    ended_length = num_steps + env_state_start.episode_length - env_state_end.episode_length
+    total = episodes.sum()
+    return {
+        "episodes": total,
+        # Means over the episodes that ended in this update; NaN if none did.
+        "episode_return": ended_return.sum() / total,
+        "episode_length": ended_length.sum() / total,
+    }
+
+
+def q_learning_update(q_table, states, actions, targets, lr):
+    """Q(s,a) += lr * (target - Q(s,a)) for a batch of transitions, one per env. Envs that visit the same
+    (s, a) in the same step share one update with their mean TD error: summing them would multiply the step
+    size by their number (and diverge with many envs). With one env this is the textbook update."""
+    td_errors = targets - q_table[states, actions]
+    pairs = states * q_table.shape[1] + actions
+    visits = (pairs[:, None] == pairs[None, :]).sum(-1)
+    return q_table.at[states, actions].add(lr * td_errors / visits)
+
+
+def make_tabular_train(config: Config, log_fn=None):
+    """Q-learning, one table per agent: Q(s,a) += lr * (r + gamma * max_a' Q(s',a') - Q(s,a)), no bootstrap
+    past a terminal state (a truncated episode bootstraps from its true last state)."""
+    env, env_params, index = finite_state_env(config)
+    num_states = envs.num_states(env, env_params)
+    num_actions = env.action_space(env_params).n
+    steps_per_update = config.num_envs * config.num_steps
+    num_updates = config.total_timesteps // steps_per_update
+    lr, gamma = config.learning_rate, config.gamma
+
+    def train(rng):
+        seed_key = rng
+        rng, key_reset = jax.random.split(rng)
+        obs, env_state = env.reset(key_reset, env_params)
+        q_table = jnp.zeros((num_states, num_actions), jnp.float32)
+
+        def _env_step(carry, step_input):
+            q_table, env_state, state, episodes, reward_sum, epsilon = carry
+            bits, key_step = step_input
+            action = epsilon_greedy_with_random_ties(q_table[state], bits, epsilon)
+            obs, env_state, reward, terminated, _, info = env.step(key_step, env_state, action, env_params)
+            next_state = index(info["final_observation"])  # the true next state, also at an auto-reset
+            target = reward + gamma * (1.0 - terminated) * q_table[next_state].max(-1)
+            q_table = q_learning_update(q_table, state, action, target, lr)
+            episodes, reward_sum = episodes + info["episode_done"], reward_sum + reward
+            return (q_table, env_state, index(obs), episodes, reward_sum, epsilon), None
+
+        def _update_step(runner, update):
+            q_table, env_state, state, rng = runner
+            rng, key_bits, key_steps = jax.random.split(rng, 3)
+            # The randomness of the whole update in two batched calls, outside the step scan. Env step keys
+            # are dead code (and compiled away) for deterministic envs such as GridWorld-v0.
+            bits = jax.random.bits(key_bits, (config.num_steps, config.num_envs), jnp.uint32)
+            step_keys = jax.random.split(key_steps, config.num_steps)
+            epsilon = linear_epsilon(config, update * steps_per_update)
+            counters = jnp.zeros(config.num_envs, jnp.int32), jnp.zeros(config.num_envs, jnp.float32)
+            (q_table, env_state_end, state, episodes, reward_sum, _), _ = jax.lax.scan(
+                _env_step, (q_table, env_state, state, *counters, epsilon), (bits, step_keys)
+            )
+            metrics = {
+                "env_steps": (update + 1) * steps_per_update,
+                **episode_metrics(env_state, env_state_end, episodes, reward_sum, config.num_steps),
+                "epsilon": epsilon,
+            }
+            if log_fn is not None:
+                jax.lax.cond(
+                    (update + 1) % config.log_every == 0,
+                    lambda: jax.debug.callback(log_fn, seed_key, update, metrics),
+                    lambda: None,
+                )
+            return (q_table, env_state_end, state, rng), metrics
+
+        runner = (q_table, env_state, index(obs), rng)
+        (q_table, *_), metrics = jax.lax.scan(_update_step, runner, jnp.arange(num_updates))
+        return q_table, metrics
+
+    return train
+
+
+# ----------------------------------------------------------------------------------------------------------
+# DQN
+
+
+class QNetwork(nn.Module):
+    num_actions: int
+    hidden_sizes: tuple[int, ...]
+
+    @nn.compact
+    def __call__(self, obs):
+        x = obs.astype(jnp.float32)
+        for size in self.hidden_sizes:
+            x = nn.relu(nn.Dense(size)(x))
+        return nn.Dense(self.num_actions)(x)
+
+
+@struct.dataclass
+class ReplayBuffer:
+    """A fixed-size ring buffer of transitions; `size` slots are filled, `position` is the next one written."""
+
+    obs: jax.Array
+    action: jax.Array
+    reward: jax.Array
+    next_obs: jax.Array
+    terminated: jax.Array
+    position: jax.Array
+    size: jax.Array
+
+    @classmethod
+    def create(cls, capacity: int, obs_shape):
+        def zeros(*shape):
+            return jnp.zeros((capacity, *shape), jnp.float32)
+
+        return cls(zeros(*obs_shape), jnp.zeros(capacity, jnp.int32), zeros(), zeros(*obs_shape), zeros(),
+                   jnp.int32(0), jnp.int32(0))
+
+    @property
+    def capacity(self) -> int:
+        return self.action.shape[0]
+
+    def add(self, obs, action, reward, next_obs, terminated):
+        """Writes a batch of n transitions (n <= capacity) after the newest, wrapping round to slot 0."""
+        n = action.shape[0]
+        slots = (self.position + jnp.arange(n)) % self.capacity
+        return self.replace(
+            obs=self.obs.at[slots].set(obs),
+            action=self.action.at[slots].set(action),
+            reward=self.reward.at[slots].set(reward),
+            next_obs=self.next_obs.at[slots].set(next_obs),
+            terminated=self.terminated.at[slots].set(terminated),
+            position=(self.position + n) % self.capacity,
+            size=jnp.minimum(self.size + n, self.capacity),
+        )
+
+    def sample(self, key, batch_size: int):
+        """`batch_size` transitions drawn uniformly (with replacement) from the filled slots."""
+        slots = jax.random.randint(key, (batch_size,), 0, self.size)
+        return (self.obs[slots], self.action[slots], self.reward[slots], self.next_obs[slots],
+                self.terminated[slots])
+
+
+class DQNState(NamedTuple):
+    """Everything a DQN agent carries from one env step to the next."""
+
+    train_state: TrainState
+    target_params: dict
+    buffer: ReplayBuffer
+    env_state: object
+    obs: jax.Array
+    rng: jax.Array
+
+
+def make_dqn_train(config: Config, log_fn=None):
+    """DQN: epsilon-greedy acting in `num_envs` envs, every transition into a replay buffer, a gradient step on
+    a uniform minibatch every `train_frequency` env steps after the warm-up, a target network updated every
+    `target_network_frequency` env steps."""
+    env, env_params = envs.make_vec(config.env, config.num_envs)
+    num_actions = env.action_space(env_params).n
+    network = QNetwork(num_actions, config.hidden_sizes)
+    steps_per_update = config.num_envs * config.num_steps
+    num_updates = config.total_timesteps // steps_per_update
+    # Per vectorized step of num_envs env steps: `gradient_steps` steps every `steps_per_train` vector steps.
+    gradient_steps = max(1, config.num_envs // config.train_frequency)
+    steps_per_train = max(1, config.train_frequency // config.num_envs)
+    gamma = config.gamma
+    lr = config.learning_rate
+    if config.anneal_lr:
+        lr = optax.linear_schedule(lr, 0.0, config.total_timesteps // config.train_frequency)
+    tx = optax.adam(lr)
+    td_loss = optax.huber_loss if config.loss == "huber" else optax.squared_error
+
+    def train(rng):
+        seed_key = rng
+        rng, key_init, key_reset = jax.random.split(rng, 3)
+        obs, env_state = env.reset(key_reset, env_params)
+        params = network.init(key_init, obs[0])
+        train_state = TrainState.create(apply_fn=network.apply, params=params, tx=tx)
+        buffer = ReplayBuffer.create(config.buffer_size, obs.shape[1:])
+
+        def _loss_fn(params, target_params, batch):
+            obs, action, reward, next_obs, terminated = batch
+            next_q_target = network.apply(target_params, next_obs)
+            if config.double_dqn:
+                next_action = jnp.argmax(network.apply(params, next_obs), -1)
+                next_q = jnp.take_along_axis(next_q_target, next_action[:, None], -1).squeeze(-1)
+            else:
+                next_q = next_q_target.max(-1)
+            # No bootstrap past a terminal state; a time-limit truncation bootstraps from the true last obs.
+            target = jax.lax.stop_gradient(reward + gamma * (1.0 - terminated) * next_q)
+            q = jnp.take_along_axis(network.apply(params, obs), action[:, None], -1).squeeze(-1)
+            return td_loss(q, target).mean(), q.mean()
+
+        def _gradient_step(carry, key):
+            train_state, target_params, buffer = carry
+            batch = buffer.sample(key, config.batch_size)
+            (loss, q_mean), grads = jax.value_and_grad(_loss_fn, has_aux=True)(
+                train_state.params, target_params, batch
+            )
+            return (train_state.apply_gradients(grads=grads), target_params, buffer), (loss, q_mean)
+
+        def _learn(train_state, target_params, buffer, key):
+            keys = jax.random.split(key, gradient_steps)
+            (train_state, _, _), (loss, q_mean) = jax.lax.scan(
+                _gradient_step, (train_state, target_params, buffer), keys
+            )
+            return train_state, jnp.stack([loss.sum(), q_mean.sum(), jnp.float32(gradient_steps)])
+
+        def _step(runner, step):
+            """One vectorized env step (num_envs transitions into the buffer), then learning when due."""
+            (train_state, target_params, buffer, env_state, obs, rng), episodes, reward_sum, learn_sums = runner
+            rng, key_explore, key_action, key_step, key_learn = jax.random.split(rng, 5)
+            env_steps = (step + 1) * config.num_envs
+            epsilon = linear_epsilon(config, step * config.num_envs)
+            greedy = jnp.argmax(network.apply(train_state.params, obs), -1)
+            random_action = jax.random.randint(key_action, greedy.shape, 0, num_actions)
+            action = jnp.where(jax.random.uniform(key_explore, greedy.shape) < epsilon, random_action, greedy)
+            next_obs, env_state, reward, terminated, _, info = env.step(key_step, env_state, action, env_params)
+            buffer = buffer.add(obs, action, reward, info["final_observation"], terminated.astype(jnp.float32))
+            # `step` comes unbatched from the scan's xs, so under vmap these conds stay real branches.
+            train_state, learned = jax.lax.cond(
+                jnp.logical_and(env_steps >= config.learning_starts, (step + 1) % steps_per_train == 0),
+                _learn,
+                lambda train_state, *_: (train_state, jnp.zeros(3, jnp.float32)),
+                train_state, target_params, buffer, key_learn,
+            )
+            target_params = jax.lax.cond(
+                env_steps // config.target_network_frequency
+                > (env_steps - config.num_envs) // config.target_network_frequency,
+                lambda: optax.incremental_update(train_state.params, target_params, config.tau),
+                lambda: target_params,
+            )
+            state = DQNState(train_state, target_params, buffer, env_state, next_obs, rng)
+            episodes, reward_sum = episodes + info["episode_done"], reward_sum + reward
+            return (state, episodes, reward_sum, learn_sums + learned), None
+
+        def _update_step(state, update):
+            counters = jnp.zeros(config.num_envs, jnp.int32), jnp.zeros(config.num_envs, jnp.float32)
+            steps = update * config.num_steps + jnp.arange(config.num_steps)
+            (state_end, episodes, reward_sum, (loss_sum, q_sum, count)), _ = jax.lax.scan(
+                _step, (state, *counters, jnp.zeros(3, jnp.float32)), steps
+            )
+            metrics = {
+                "env_steps": (update + 1) * steps_per_update,
+                **episode_metrics(state.env_state, state_end.env_state, episodes, reward_sum, config.num_steps),
+                "epsilon": linear_epsilon(config, update * steps_per_update),
+                "loss/td": loss_sum / count,  # NaN before learning starts
+                "q_value": q_sum / count,
+            }
+            if log_fn is not None:
+                jax.lax.cond(
+                    (update + 1) % config.log_every == 0,
+                    lambda: jax.debug.callback(log_fn, seed_key, update, metrics),
+                    lambda: None,
+                )
+            return state_end, metrics
+
+        state = DQNState(train_state, train_state.params, buffer, env_state, obs, rng)
+        return jax.lax.scan(_update_step, state, jnp.arange(num_updates))
+
+    return train
+
+
+def make_train(config: Config, log_fn=None):
+    """Returns `train(rng) -> (learner, metrics)`, pure and jittable, for a resolved config; metrics have a
+    leading update axis; the learner is the Q-table (tabular) or the final `DQNState`.
+
+    `log_fn(rng, update, metrics)`, if given, is called on the host every `log_every` updates (once per
+    agent when vmapped); it only reads values, so it cannot change the numbers a run produces.
+    """
+    if config.agent == "tabular":
+        return make_tabular_train(config, log_fn)
+    return make_dqn_train(config, log_fn)
+
+
+def greedy_q_function(config: Config, learner):
+    """`q(obs batch) -> (batch, num_actions)` of the trained learner."""
+    env, env_params = envs.make(config.env)
+    if config.agent == "tabular":
+        return lambda obs: learner[jax.vmap(lambda o: envs.state_index(env, env_params, o))(obs)]
+    network = QNetwork(env.action_space(env_params).n, config.hidden_sizes)
+    return lambda obs: network.apply(learner.train_state.params, obs)
+
+
+def make_evaluate(config: Config):
+    """Returns `evaluate(rng, learner) -> (eval_episodes,)` returns of the greedy policy on fresh episodes."""
+    env, env_params = envs.make_vec(config.env, config.eval_episodes)
+
+    def evaluate(rng, learner):
+        q = greedy_q_function(config, learner)
+        return envs.evaluate(env, env_params, lambda obs: jnp.argmax(q(obs), -1), rng,
+                             env_params.max_steps_in_episode)
+
+    return evaluate
+
+
+def greedy_path_length(env: GridWorld, env_params, q_table):
+    """Steps the greedy policy (argmax, first of ties) takes from the start cell to the goal on GridWorld;
+    -1 if it does not arrive within the time limit."""
+
+    def _step(carry, _):
+        state, steps, arrived = carry
+        action = jnp.argmax(q_table[state.row * env.cols + state.col])
+        _, state, _, terminated, _ = env.step_env(None, state, action, env_params)
+        steps = jnp.where(arrived, steps, steps + 1)
+        return (state, steps, jnp.logical_or(arrived, terminated)), None
+
+    start = GridState(time=jnp.int32(0), row=jnp.int32(env.start[0]), col=jnp.int32(env.start[1]))
+    (_, steps, arrived), _ = jax.lax.scan(_step, (start, jnp.int32(0), jnp.bool_(False)), None,
+                                     env_params.max_steps_in_episode)
+    return jnp.where(arrived, steps, -1)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Checking the config, and everything written to the run directory.
+
+
+def validate(config: Config) -> str | None:
+    """Returns one line saying what is wrong with the config, or None if it can be trained."""
+    for name in ("num_seeds", "total_timesteps", "num_envs", "num_steps", "buffer_size", "batch_size",
+                 "train_frequency", "target_network_frequency", "eval_episodes", "log_every"):
+        value = getattr(config, name)
+        if value is not None and value <= 0:
+            return f"--{name.replace('_', '-')} must be a positive integer, got {value}"
+    if config.learning_starts < 0:
+        return f"--learning-starts must be >= 0, got {config.learning_starts}"
+    if config.learning_rate is not None and config.learning_rate <= 0:
+        return f"--learning-rate must be positive, got {config.learning_rate}"
+    for name in ("gamma", "start_e", "end_e", "exploration_fraction", "tau"):
+        value = getattr(config, name)
+        if value is not None and not 0 <= value <= 1:
+            return f"--{name.replace('_', '-')} must lie in [0, 1], got {value}"
+    if config.tau == 0:
+        return "--tau 0 would never update the target network"
+    if any(size <= 0 for size in config.hidden_sizes):
+        return f"--hidden-sizes must be positive integers, got {config.hidden_sizes}"
+    try:
+        env, env_params = envs.make(config.env)
+        discrete = envs.is_discrete(env, env_params)
+    except ValueError as error:
+        return f"--env: {error}"
+    if not discrete:
+        return (f"--env {config.env} has continuous actions; Q-learning and DQN need a discrete action space "
+                "(try td3.py or ppo.py)")
+    if config.agent == "tabular" and envs.num_states(env, env_params) is None:
+        return (f"--agent tabular needs a finite-state env (GridWorld-v0, FrozenLake-misc); {config.env} "
+                "has continuous observations: use --agent dqn or auto")
+    config = resolve(config)
+    steps_per_update = config.num_envs * config.num_steps
+    if config.total_timesteps < steps_per_update:
+        return (f"--total-timesteps {config.total_timesteps} is smaller than one update "
+                f"(--num-envs x --num-steps = {steps_per_update})")
+    if config.agent == "dqn":
+        if config.train_frequency % config.num_envs and config.num_envs % config.train_frequency:
+            return (f"--train-frequency {config.train_frequency} and --num-envs {config.num_envs}: one must "
+                    "divide the other (gradient steps come every train-frequency env steps)")
+        if config.buffer_size < max(config.batch_size, config.num_envs):
+            return (f"--buffer-size {config.buffer_size} must hold at least one batch (--batch-size "
+                    f"{config.batch_size}) and one step of every env (--num-envs {config.num_envs})")
+    return None
+
+
+METRIC_KEYS = {
+    "tabular": ("env_steps", "episodes", "episode_return", "episode_length", "epsilon"),
+    "dqn": ("env_steps", "episodes", "episode_return", "episode_length", "epsilon", "loss/td", "q_value"),
+}
+
+
+def write_metrics_csv(path, keys, rows):
+    """Writes rows of (seed, update, metrics dict) to `path` atomically."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["seed", "update", *keys])
+        for seed, update, metrics in rows:
+            writer.writerow([seed, update, *(metrics[k] for k in keys)])
+    os.replace(tmp, path)
+
+
+class Progress:
+    """Host side of the logging callback: gathers one update's metrics from every agent, then prints a line,
+    appends the rows to metrics.csv and logs to wandb. Training never waits on it beyond the call itself."""
+
+    def __init__(self, config: Config, seed_keys, run_dir, wandb_run):
+        self.keys = METRIC_KEYS[config.agent]
+        self.seed_of = {tuple(np.asarray(k).tolist()): config.seed + i for i, k in enumerate(seed_keys)}
+        self.run_dir = run_dir
+        self.wandb_run = wandb_run
+        self.pending = {}
+        self.rows = []
+        self.lock = threading.Lock()
+        self.start = time.perf_counter()
+
+    def __call__(self, seed_key, update, metrics):
+        seed = self.seed_of[tuple(np.asarray(seed_key).tolist())]
+        update = int(update)
+        with self.lock:
+            got = self.pending.setdefault(update, {})
+            got[seed] = {k: float(v) for k, v in metrics.items()}
+            if len(got) < len(self.seed_of):
+                return
+            del self.pending[update]
+            self._emit(update, got)
+
+    def _emit(self, update, by_seed):
+        seeds = sorted(by_seed)
+        returns = np.array([by_seed[s]["episode_return"] for s in seeds])
+        env_steps = int(by_seed[seeds[0]]["env_steps"])
+        sps = env_steps * len(seeds) / (time.perf_counter() - self.start)
+        if np.all(np.isnan(returns)):
+            ret = "no episode ended"
+        else:
+            ret = (f"return mean {np.nanmean(returns):8.2f}  min {np.nanmin(returns):8.2f}  "
+                   f"max {np.nanmax(returns):8.2f}")
+        print(f"update {update + 1:6d}  env_steps {env_steps:10d}  sps {sps:10.0f}  {ret}", flush=True)
+        self.rows += [(s, update, by_seed[s]) for s in seeds]
+        write_metrics_csv(os.path.join(self.run_dir, "metrics.csv"), self.keys, self.rows)
+        if self.wandb_run is not None:
+            log = {"sps": sps}
+            for key in self.keys[1:]:
+                values = np.array([by_seed[s][key] for s in seeds])
+                log[f"{key}/mean"] = np.nanmean(values) if not np.all(np.isnan(values)) else np.nan
+            log["episode_return/min"] = np.nanmin(returns) if not np.all(np.isnan(returns)) else np.nan
+            log["episode_return/max"] = np.nanmax(returns) if not np.all(np.isnan(returns)) else np.nan
+            log.update({f"episode_return/seed_{s}": by_seed[s]["episode_return"] for s in seeds})
+            safe_wandb(self.wandb_run.log, log, step=env_steps)
+
+
+def safe_wandb(fn, *args, **kwargs):
+    """Calls a wandb function; a wandb failure becomes a one-line warning, never a stopped run."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as error:  # noqa: BLE001 - wandb may raise anything; training must go on
+        print(f"warning: wandb: {type(error).__name__}: {error}", file=sys.stderr)
+        return None
+
+
+def start_wandb(config: Config, run_name, run_dir):
+    try:
+        import wandb
+
+        return wandb.init(
+            project=config.wandb_project, entity=config.wandb_entity, group=config.wandb_group,
+            name=run_name, config=asdict(config), dir=run_dir,
+        )
+    except Exception as error:  # noqa: BLE001
+        print(f"warning: wandb could not start ({type(error).__name__}: {error}); "
+              "training goes on with local files only", file=sys.stderr)
+        return None
+
+
+def finish_wandb(wandb_run, summary, image_paths):
+    def _finish():
+        import wandb
+
+        wandb_run.log({os.path.splitext(os.path.basename(p))[0]: wandb.Image(p) for p in image_paths})
+        wandb_run.summary.update(summary)
+        wandb_run.finish()
+
+    safe_wandb(_finish)
+
+
+def final_returns(metrics):
+    """Per seed: mean return of the episodes that ended in the last 10% of updates."""
+    num_updates = metrics["episodes"].shape[1]
+    tail = slice(num_updates - max(1, num_updates // 10), None)
+    episodes = metrics["episodes"][:, tail]
+    total = np.nansum(metrics["episode_return"][:, tail] * episodes, axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return total / episodes.sum(axis=1)
+
+
+def plot_learning_curve(path, metrics, title):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = metrics["env_steps"][0]
+    returns = metrics["episode_return"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns: no episode ended yet
+        mean, low, high = np.nanmean(returns, 0), np.nanmin(returns, 0), np.nanmax(returns, 0)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(steps, mean, label=f"mean over {returns.shape[0]} seeds")
+    ax.fill_between(steps, low, high, alpha=0.25, label="min to max")
+    ax.set_xlabel("env steps per agent")
+    ax.set_ylabel("episode return")
+    ax.set_title(title)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_q_grid(path, env: GridWorld, q_tables, title):
+    """The grid coloured by max_a Q (mean over agents) with the greedy action of the mean table in each cell."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    q = np.asarray(q_tables).mean(0).reshape(env.rows, env.cols, -1)
+    fig, ax = plt.subplots(figsize=(1 + 0.6 * env.cols, 0.6 * env.rows + 0.8))
+    image = ax.imshow(q.max(-1), cmap="viridis")
+    fig.colorbar(image, ax=ax, label="max_a Q(s, a)")
+    arrows = {"right": (0.3, 0), "down": (0, 0.3), "left": (-0.3, 0), "up": (0, -0.3)}
+    for row in range(env.rows):
+        for col in range(env.cols):
+            if (row, col) == env.goal:
+                ax.text(col, row, "G", ha="center", va="center", color="white", fontweight="bold")
+                continue
+            dx, dy = arrows[ACTION_NAMES[int(np.argmax(q[row, col]))]]
+            ax.arrow(col - dx / 2, row - dy / 2, dx, dy, head_width=0.15, length_includes_head=True,
+                     color="white")
+    ax.add_patch(plt.Rectangle((env.start[1] - 0.5, env.start[0] - 0.5), 1, 1, fill=False, color="red", lw=2))
+    ax.set_xticks(range(env.cols))
+    ax.set_yticks(range(env.rows))
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def to_json(x):
+    x = np.asarray(x)
+    return [None if np.isnan(v) else float(v) for v in x.ravel()]
+
+
+def main(config: Config):
+    error = validate(config)
+    if error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+    config = resolve(config)
+    algo = "tabular_q" if config.agent == "tabular" else "dqn"
+    run_name = config.run_name or f"{config.env}__{algo}__{config.seed}__{int(time.time())}"
+    run_dir = os.path.join(config.out_dir, run_name)
+    if os.path.isdir(run_dir) and os.listdir(run_dir):
+        print(f"error: run directory {run_dir} exists and is not empty; choose another --run-name",
+              file=sys.stderr)
+        sys.exit(2)
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "config.json"), "w") as f:
+        json.dump({"algo": algo, **asdict(config)}, f, indent=2)
+    wandb_run = start_wandb(config, run_name, run_dir) if config.track else None
+
+    seeds = [config.seed + i for i in range(config.num_seeds)]
+    keys = jnp.stack([jax.random.PRNGKey(s) for s in seeds])
+    progress = Progress(config, keys, run_dir, wandb_run)
+    train = jax.jit(jax.vmap(make_train(config, log_fn=progress)))
+    print(f"{algo} on {config.env}: {config.num_seeds} agents x {config.total_timesteps} steps "
+          f"({config.num_envs} envs each), run dir {run_dir}")
+    t0 = time.perf_counter()
+    compiled = train.lower(keys).compile()
+    compile_s = time.perf_counter() - t0
+    print(f"compiled in {compile_s:.1f} s")
+    progress.start = time.perf_counter()
+    learner, metrics = jax.block_until_ready(compiled(keys))
+    train_s = time.perf_counter() - progress.start
+
+    eval_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
+    eval_returns = np.asarray(jax.jit(jax.vmap(make_evaluate(config)))(eval_keys, learner)).mean(axis=1)
+
+    metrics = jax.tree.map(np.asarray, metrics)
+    metric_keys = METRIC_KEYS[config.agent]
+    num_updates = metrics["env_steps"].shape[1]
+    rows = [(s, u, {k: metrics[k][i, u] for k in metric_keys}) for i, s in enumerate(seeds)
+            for u in range(num_updates)]
+    write_metrics_csv(os.path.join(run_dir, "metrics.csv"), metric_keys, rows)
+    images = [os.path.join(run_dir, "learning_curve.png")]
+    plot_learning_curve(images[0], metrics, f"{algo} on {config.env}")
+    env_steps = int(metrics["env_steps"][0, -1])
+    final = final_returns(metrics)
+    summary = {
+        "algo": algo,
+        "env": config.env,
+        "num_seeds": config.num_seeds,
+        "seeds": seeds,
+        "total_timesteps": config.total_timesteps,
+        "env_steps": env_steps,
+        "compile_s": compile_s,
+        "train_s": train_s,
+        "sps": env_steps * config.num_seeds / train_s,
+        "final_return": to_json(final),
+        "eval_return": to_json(eval_returns),
+    }
+    base_env, base_params = envs.make(config.env)
+    if config.agent == "tabular" and isinstance(base_env, GridWorld):
+        lengths = jax.jit(jax.vmap(lambda q: greedy_path_length(base_env, base_params, q)))(learner)
+        summary["greedy_path_length"] = [None if n < 0 else int(n) for n in np.asarray(lengths)]
+        images.append(os.path.join(run_dir, "q_values.png"))
+        plot_q_grid(images[-1], base_env, learner, f"tabular Q on {config.env}, mean of {config.num_seeds} agents")
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    print(f"\n{'=' * 72}\n{algo} on {config.env}: {config.num_seeds} agents, {env_steps} env steps each")
+    print(f"compile {compile_s:.1f} s, train {train_s:.1f} s, {summary['sps']:.0f} env steps/s over all agents")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # no episode ended in a short run: the mean is NaN
+        print(f"final return (last 10% of training): mean {np.nanmean(final):.2f}, per seed "
+              + " ".join(f"{r:.1f}" for r in final))
+    print(f"eval return (greedy policy):         mean {eval_returns.mean():.2f}, per seed "
+          + " ".join(f"{r:.1f}" for r in eval_returns))
+    if "greedy_path_length" in summary:
+        print("greedy path length from the start: "
+              + " ".join("-" if n is None else str(n) for n in summary["greedy_path_length"]))
+    print(f"written to {run_dir}\n{'=' * 72}")
+    if wandb_run is not None:
+        finish_wandb(wandb_run, summary, images)
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Config))

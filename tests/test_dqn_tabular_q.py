@@ -1,0 +1,195 @@
+"""dqn_tabular_q.py: the random tie-break, the replay buffer, reproducibility per seed, config checks, the CLI
+and its outputs, and (slow) learning on GridWorld-v0 and CartPole-v1."""
+
+import csv
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import dqn_tabular_q as dq
+from tests.conftest import read_run
+
+
+def action_frequencies(q_row, epsilon, num=40_000, seed=0):
+    bits = jax.random.bits(jax.random.PRNGKey(seed), (num,), jnp.uint32)
+    q = jnp.broadcast_to(jnp.asarray(q_row, jnp.float32), (num, len(q_row)))
+    actions = dq.epsilon_greedy_with_random_ties(q, bits, jnp.float32(epsilon))
+    return np.bincount(np.asarray(actions), minlength=len(q_row)) / num
+
+
+@pytest.mark.parametrize(
+    "q_row, expected",
+    [
+        ([0.0, 0.0, 0.0, 0.0], [1 / 4] * 4),  # a zero-initialised table: uniform, not always action 0
+        ([1.0, 1.0, 0.0, 1.0], [1 / 3, 1 / 3, 0.0, 1 / 3]),
+        ([0.0, 0.5, 0.0, 0.5], [0.0, 1 / 2, 0.0, 1 / 2]),
+        ([0.0, 0.0, 2.0, 0.0], [0.0, 0.0, 1.0, 0.0]),
+    ],
+)
+def test_greedy_ties_are_broken_uniformly(q_row, expected):
+    freq = action_frequencies(q_row, epsilon=0.0)
+    # 40k draws: the standard error of a frequency is <= 0.0025, so 0.01 is four of them.
+    np.testing.assert_allclose(freq, expected, atol=0.01)
+
+
+def test_epsilon_explores_uniformly_over_all_actions():
+    np.testing.assert_allclose(action_frequencies([0.0, 0.0, 3.0, 0.0], epsilon=1.0), [1 / 4] * 4, atol=0.01)
+    freq = action_frequencies([0.0, 0.0, 3.0, 0.0], epsilon=0.1)
+    np.testing.assert_allclose(freq, [0.025, 0.025, 0.925, 0.025], atol=0.006)
+
+
+# Few distinct shapes: every new (capacity, batch) pair compiles the buffer's ops again.
+def test_q_learning_update_averages_envs_on_the_same_pair():
+    q = jnp.zeros((3, 2)).at[1, 0].set(0.5)
+    states, actions = jnp.array([1, 1, 1, 2]), jnp.array([0, 0, 0, 1])
+    q = dq.q_learning_update(q, states, actions, jnp.array([1.0, 1.0, 0.0, 1.0]), 0.1)
+    # (1, 0): mean TD error of (0.5, 0.5, -0.5); (2, 1): one env, the textbook update
+    np.testing.assert_allclose(q, [[0.0, 0.0], [0.5 + 0.1 * 0.5 / 3, 0.0], [0.0, 0.1]], rtol=1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(capacity=st.sampled_from([1, 3, 8]), batches=st.lists(st.sampled_from([1, 2, 3, 8]), min_size=1, max_size=8))
+def test_ring_buffer_wraps_and_samples_only_filled_slots(capacity, batches):
+    buffer = dq.ReplayBuffer.create(capacity, (2,))
+    next_id = 1  # transition k carries reward k, obs (k, -k); empty slots hold zeros
+    for n in batches:
+        n = min(n, capacity)
+        ids = jnp.arange(next_id, next_id + n, dtype=jnp.float32)
+        buffer = buffer.add(jnp.stack([ids, -ids], -1), ids.astype(jnp.int32), ids, jnp.stack([ids, ids], -1),
+                            jnp.zeros(n))
+        next_id += n
+    total = next_id - 1
+    assert int(buffer.size) == min(total, capacity) and int(buffer.position) == total % capacity
+    # The newest min(total, capacity) transitions, each in slot (k - 1) % capacity.
+    newest = np.arange(max(1, total - capacity + 1), total + 1)
+    np.testing.assert_array_equal(np.asarray(buffer.reward)[(newest - 1) % capacity], newest)
+    if total < capacity:
+        assert not np.asarray(buffer.reward)[total:].any()
+    obs, action, reward, next_obs, _ = buffer.sample(jax.random.PRNGKey(total), 256)
+    assert set(np.asarray(reward).tolist()) <= set(newest.tolist())
+    np.testing.assert_array_equal(np.asarray(obs[:, 0]), np.asarray(reward))  # fields stay aligned
+    np.testing.assert_array_equal(np.asarray(action), np.asarray(reward))
+    if len(newest) <= 4:
+        assert set(np.asarray(reward).tolist()) == set(newest.tolist())  # every filled slot can come up
+
+
+def test_buffer_is_vmappable():
+    buffers = jax.vmap(lambda _: dq.ReplayBuffer.create(5, (1,)))(jnp.arange(3))
+    ids = jnp.arange(1.0, 4.0)
+    buffers = jax.vmap(lambda b, i: b.add(i[None, None], i[None].astype(jnp.int32), i[None], i[None, None],
+                                          jnp.zeros(1)))(buffers, ids)
+    assert buffers.reward.shape == (3, 5) and buffers.size.tolist() == [1, 1, 1]
+    np.testing.assert_array_equal(np.asarray(buffers.reward[:, 0]), [1.0, 2.0, 3.0])
+
+
+def tiny(**overrides):
+    config = dataclasses.replace(dq.Config(), **overrides)
+    assert dq.validate(config) is None
+    return dq.resolve(config)
+
+
+def test_agent_i_of_a_vmapped_run_equals_seed_plus_i_alone():
+    # FrozenLake is slippery (env keys matter) and its goal is near, so the tables fill within the budget.
+    train = dq.make_train(tiny(env="FrozenLake-misc", total_timesteps=5_000, num_steps=500))
+    q_tables, metrics = jax.jit(jax.vmap(train))(jnp.stack([jax.random.PRNGKey(0), jax.random.PRNGKey(1)]))
+    q_alone, alone = jax.jit(train)(jax.random.PRNGKey(1))
+    np.testing.assert_allclose(q_tables[1], q_alone, rtol=1e-6)
+    np.testing.assert_array_equal(metrics["episodes"][1], alone["episodes"])
+    assert np.abs(q_alone).sum() > 0 and not np.allclose(q_tables[0], q_tables[1])
+
+
+def test_auto_picks_the_table_for_finite_state_envs_and_dqn_otherwise():
+    assert dq.resolve(dq.Config(env="GridWorld-v0")).agent == "tabular"
+    assert dq.resolve(dq.Config(env="FrozenLake-misc")).agent == "tabular"
+    config = dq.resolve(dq.Config(env="CartPole-v1"))
+    assert (config.agent, config.learning_rate, config.gamma, config.num_envs) == ("dqn", 2.5e-4, 0.99, 10)
+    config = dq.resolve(dq.Config(env="GridWorld-v0", learning_rate=0.5))
+    assert (config.learning_rate, config.gamma, config.start_e, config.num_envs) == (0.5, 0.9, 0.1, 1)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(env="Pendulum-v1"), "continuous actions"),
+        (dict(env="CartPole-v1", agent="tabular"), "finite-state"),
+        (dict(env="CartPol-v1"), "did you mean"),
+        (dict(num_envs=0), "--num-envs"),
+        (dict(gamma=1.5), "--gamma"),
+        (dict(start_e=-0.1), "--start-e"),
+        (dict(env="CartPole-v1", train_frequency=3), "--train-frequency"),
+        (dict(env="CartPole-v1", buffer_size=64), "--buffer-size"),
+        (dict(total_timesteps=10), "--total-timesteps"),
+        (dict(hidden_sizes=(64, 0)), "--hidden-sizes"),
+    ],
+)
+def test_validate_names_the_problem(overrides, message):
+    error = dq.validate(dataclasses.replace(dq.Config(), **overrides))
+    assert error is not None and message in error
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [(["--env", "Pendulum-v1"], "continuous actions"), (["--env", "CartPole-v1", "--agent", "tabular"], "finite")],
+)
+def test_cli_bad_input_exits_2(run_script, tmp_path, args, message):
+    result = run_script("dqn_tabular_q.py", *args, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: ") and message in result.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_cli_tabular_gridworld_writes_run(run_script, tmp_path):
+    result = run_script("dqn_tabular_q.py", "--num-seeds", "3", "--total-timesteps", "20000", "--log-every", "5",
+                        "--track", timeout=300)
+    assert result.returncode == 0, result.stderr
+    run_dir, summary = read_run(tmp_path / "runs")
+    for name in ("config.json", "metrics.csv", "learning_curve.png", "q_values.png", "summary.json"):
+        assert (run_dir / name).is_file(), name
+    assert summary["algo"] == "tabular_q" and summary["seeds"] == [0, 1, 2]
+    assert summary["env_steps"] == 20_000
+    assert summary["sps"] == pytest.approx(20_000 * 3 / summary["train_s"])
+    assert len(summary["final_return"]) == len(summary["eval_return"]) == len(summary["greedy_path_length"]) == 3
+    assert all(n is None or n >= 18 for n in summary["greedy_path_length"])
+    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
+    assert len(rows) == 3 * 20 and {"episode_length", "epsilon"} <= set(rows[0])
+    assert list((tmp_path / "wandb").glob("offline-run-*")) or list(run_dir.glob("wandb/offline-run-*"))
+
+
+def test_cli_dqn_options_run(run_script, tmp_path):
+    result = run_script(
+        "dqn_tabular_q.py", "--env", "CartPole-v1", "--num-seeds", "2", "--total-timesteps", "3000",
+        "--learning-starts", "1000", "--num-envs", "4", "--train-frequency", "2", "--num-steps", "25",
+        "--double-dqn", "--loss", "huber", "--tau", "0.5", "--target-network-frequency", "100",
+        "--hidden-sizes", "32", "32", timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    run_dir, summary = read_run(tmp_path / "runs")
+    assert summary["algo"] == "dqn" and summary["env_steps"] == 3000 and "greedy_path_length" not in summary
+    assert all(r is not None and r > 0 for r in summary["eval_return"])
+    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
+    losses = [float(r["loss/td"]) for r in rows]
+    assert np.isnan(losses[0]) and np.isfinite(losses[-1])  # learning starts after the warm-up
+
+
+@pytest.mark.slow
+def test_30_tabular_agents_find_the_18_step_path_on_gridworld(run_script, tmp_path):
+    result = run_script("dqn_tabular_q.py", "--env", "GridWorld-v0", "--num-seeds", "30",
+                        "--total-timesteps", "1000000", timeout=600)
+    assert result.returncode == 0, result.stderr
+    _, summary = read_run(tmp_path / "runs")
+    assert summary["greedy_path_length"] == [18] * 30
+    assert summary["eval_return"] == [1.0] * 30
+
+
+@pytest.mark.slow
+def test_dqn_learns_cartpole(run_script, tmp_path):
+    result = run_script("dqn_tabular_q.py", "--env", "CartPole-v1", "--num-seeds", "4",
+                        "--total-timesteps", "500000", timeout=900)
+    assert result.returncode == 0, result.stderr
+    _, summary = read_run(tmp_path / "runs")
+    assert np.mean(summary["eval_return"]) >= 400, summary["eval_return"]
