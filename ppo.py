@@ -165,6 +165,19 @@ def calculate_gae(rewards, values, next_values, terminated, dones, gamma, gae_la
     return advantages, advantages + values
 
 
+def draw_noise(key, shape, discrete: bool):
+    """Noise for `sample_with_noise`: standard Gumbel for a categorical policy, standard normal for a Gaussian."""
+    return jax.random.gumbel(key, shape) if discrete else jax.random.normal(key, shape)
+
+
+def sample_with_noise(pi, noise):
+    """A sample of `pi` from pre-drawn noise: Gumbel-max for a categorical, loc + scale * eps for a Gaussian
+    (the same distributions as `pi.sample`)."""
+    if isinstance(pi, distrax.Categorical):
+        return jnp.argmax(pi.logits + noise, axis=-1)
+    return pi.loc + pi.scale_diag * noise
+
+
 def use_normalization(config: Config, discrete: bool) -> bool:
     return config.normalize == "on" or (config.normalize == "auto" and not discrete)
 
@@ -175,7 +188,7 @@ def make_networks(config: Config, env, env_params):
     action_dim = space.n if discrete else int(np.prod(space.shape))
     actor = Actor(action_dim, discrete, config.hidden_size, config.activation)
     critic = Critic(config.hidden_size, config.activation)
-    return actor, critic, discrete
+    return actor, critic, discrete, action_dim
 
 
 def make_train(config: Config, log_fn=None):
@@ -188,7 +201,7 @@ def make_train(config: Config, log_fn=None):
     minibatch_size = batch_size // config.num_minibatches
     num_updates = config.total_timesteps // batch_size
     env, env_params = envs.make_vec(config.env, config.num_envs)
-    actor, critic, discrete = make_networks(config, env, env_params)
+    actor, critic, discrete, action_dim = make_networks(config, env, env_params)
     if use_normalization(config, discrete):
         env, env_params = envs.make_vec(
             config.env, config.num_envs, normalize_obs=True, normalize_reward=True, gamma=config.gamma
@@ -196,7 +209,9 @@ def make_train(config: Config, log_fn=None):
     lr = config.learning_rate
     if config.anneal_lr:
         lr = optax.linear_schedule(lr, 0.0, num_updates * config.update_epochs * config.num_minibatches)
-    tx = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(lr, eps=1e-5))
+    # optax.flatten runs the optimizer on one flat vector: a few large ops per step instead of a few per
+    # parameter array (the per-op cost dominates on CPU).
+    tx = optax.flatten(optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(lr, eps=1e-5)))
 
     def train(rng):
         seed_key = rng
@@ -205,12 +220,13 @@ def make_train(config: Config, log_fn=None):
         params = {"actor": actor.init(key_actor, obs[0]), "critic": critic.init(key_critic, obs[0])}
         train_state = TrainState.create(apply_fn=None, params=params, tx=tx)
 
-        def _env_step(runner, _):
+        def _env_step(runner, noise):
             train_state, env_state, obs, rng = runner
-            rng, key_action, key_step = jax.random.split(rng, 3)
-            action = actor.apply(train_state.params["actor"], obs).sample(seed=key_action)
+            action_noise, env_keys = noise
+            pi = actor.apply(train_state.params["actor"], obs)
+            action = sample_with_noise(pi, action_noise)
             next_obs, env_state, reward, terminated, truncated, info = env.step(
-                key_step, env_state, action, env_params
+                env_keys, env_state, action, env_params
             )
             transition = Transition(
                 obs, action, reward, terminated.astype(jnp.float32), info["episode_done"].astype(jnp.float32),
@@ -256,7 +272,14 @@ def make_train(config: Config, log_fn=None):
             return (train_state, batch, rng), stats
 
         def _update_step(runner, update):
-            runner, traj = jax.lax.scan(_env_step, runner, None, config.num_steps)
+            # The rollout's randomness in two batched draws before the scan instead of small ones at every
+            # step: on CPU each random draw inside the scan body is a loop of its own (threefry's rounds).
+            rng, key_noise, key_env = jax.random.split(runner.rng, 3)
+            noise = (
+                draw_noise(key_noise, (config.num_steps, config.num_envs, action_dim), discrete),
+                jax.random.split(key_env, (config.num_steps, config.num_envs)),
+            )
+            runner, traj = jax.lax.scan(_env_step, runner._replace(rng=rng), noise)
             train_state, env_state, obs, rng = runner
             # Values, next values and old log-probs in one batched pass each, outside the rollout scan:
             # fewer, larger ops than evaluating them step by step.
@@ -299,7 +322,7 @@ def make_evaluate(config: Config):
     """Returns `evaluate(rng, runner_state) -> (eval_episodes,)` returns of the deterministic policy
     (argmax / mean action) on fresh episodes, with training's observation statistics frozen."""
     env, env_params = envs.make_vec(config.env, config.eval_episodes)
-    actor, _, discrete = make_networks(config, env, env_params)
+    actor, _, discrete, _ = make_networks(config, env, env_params)
 
     def evaluate(rng, runner):
         stats = envs.observation_stats(runner.env_state)

@@ -114,7 +114,7 @@ class ClipAction(Wrapper):
 
 
 class VecEnv(Wrapper):
-    """Steps `num_envs` copies of a single env in lock step (one vmap, one key split per call)."""
+    """Steps `num_envs` copies of a single env in lock step (one vmap)."""
 
     def __init__(self, env, num_envs: int):
         super().__init__(env)
@@ -125,7 +125,9 @@ class VecEnv(Wrapper):
         return jax.vmap(self._env.reset, in_axes=(0, None))(keys, params)
 
     def step(self, key, state, action, params):
-        keys = jax.random.split(key, self.num_envs)
+        """`key` is one key, split here into one per env, or `num_envs` keys stacked (shape `(num_envs, 2)`),
+        split in bulk beforehand: a script can split a whole rollout's keys before its scan."""
+        keys = key if key.ndim == 2 else jax.random.split(key, self.num_envs)
         return jax.vmap(self._env.step, in_axes=(0, 0, 0, None))(keys, state, action, params)
 
 
