@@ -88,6 +88,15 @@ def test_agent_of_batch_matches_its_seed_alone():
         np.testing.assert_allclose(batch[key][2], alone[key][0], rtol=1e-4, atol=1e-6, err_msg=key)
 
 
+def test_runs_on_minatar():
+    # MinAtar observations are 10x10xC grids: make_vec flattens them for the MLPs.
+    config = ppo.Config(env="Breakout-MinAtar", total_timesteps=512, num_envs=4, num_steps=64, log_every=1)
+    _, metrics = run_seeds(config, [0, 1])
+    assert metrics["env_steps"].shape == (2, 2)
+    for key in ("loss/actor", "loss/critic", "entropy"):
+        assert np.all(np.isfinite(metrics[key])), key
+
+
 def test_different_seeds_differ():
     runner, metrics = run_seeds(ppo.Config(total_timesteps=512, log_every=1), [0, 1, 2, 3])
     kernels = np.asarray(runner.train_state.params["actor"]["params"]["Dense_0"]["kernel"])
