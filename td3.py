@@ -61,7 +61,7 @@ class Config:
     """env steps (transitions) per agent of uniformly random actions before the first update"""
     update_every: int = 1
     """vector-env steps (each num_envs transitions) between update phases"""
-    updates_per_step: float = 0.125
+    updates_per_step: float = 0.25
     """critic updates per transition (replay ratio; the paper: 1); a phase runs update_every * num_envs * this"""
     learning_rate: float = 3e-4
     """Adam learning rate of actor and critics"""
