@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 import warnings
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from typing import Literal, NamedTuple
 
@@ -95,6 +96,8 @@ class Config:
     """run directory name; default {env}__reinforce__{seed}__{unix time}"""
     log_every: int = 50
     """print progress (and log to wandb) every this many epochs"""
+    profile: bool = False
+    """write a JAX profiler trace of the training run to <run dir>/profile (Perfetto / TensorBoard); use a short run"""
 
 
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
@@ -520,9 +523,15 @@ def main(config: Config):
     compiled = train.lower(keys).compile()
     compile_s = time.perf_counter() - t0
     print(f"compiled in {compile_s:.1f} s")
+    profile_dir = os.path.join(run_dir, "profile")
+    profiler = jax.profiler.trace(profile_dir, create_perfetto_trace=True) if config.profile else nullcontext()
     progress.start = time.perf_counter()
-    runner, metrics = jax.block_until_ready(compiled(keys))
+    with profiler:
+        runner, metrics = jax.block_until_ready(compiled(keys))
     train_s = time.perf_counter() - progress.start
+    if config.profile:
+        print(f"profiler trace in {profile_dir}: open its *.trace.json.gz at https://ui.perfetto.dev "
+              "(the trace adds overhead to train_s)")
 
     eval_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
     eval_returns = np.asarray(jax.jit(jax.vmap(make_evaluate(config)))(eval_keys, runner)).mean(axis=1)
