@@ -21,6 +21,7 @@ if "XLA_FLAGS" not in os.environ:
 import csv
 import dataclasses
 import json
+import signal
 import sys
 import threading
 import time
@@ -34,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import orbax.checkpoint as ocp
 import tyro
 from flax import struct
 from flax.training.train_state import TrainState
@@ -110,7 +112,24 @@ class Config:
     log_every: int = 50
     """print progress (and log to wandb) every this many updates"""
     profile: bool = False
-    """write a JAX profiler trace of the training run to <run dir>/profile (Perfetto / TensorBoard); use a short run"""
+    """write a JAX profiler trace of the first chunk of training to <run dir>/profile (Perfetto / TensorBoard)"""
+    # chunks, checkpoints, resume and evaluation
+    num_chunks: int = 1
+    """train in this many equal chunks of updates (one compiled scan, run K times with the state handed on): after
+    each, metrics.csv and a checkpoint are written, and Ctrl-C or SIGTERM stop the run there, resumable"""
+    keep_checkpoints: int = 2
+    """how many of the newest checkpoints <run dir>/checkpoints keeps"""
+    resume: str | None = None
+    """continue the run in this run directory from its last checkpoint, with its config (only logging flags may
+    differ)"""
+    eval: str | None = None
+    """do not train: load the last checkpoint of this run directory and print the returns of its greedy policies
+    over --eval-episodes episodes"""
+    seed_index: int | None = None
+    """with --eval: only the agent at this index of the run's seeds (0 is the run's --seed); default all"""
+    gif: str | None = None
+    """with --eval: also write one episode of the agent at --seed-index (default 0) to this path as an animated gif
+    (envs gymnax can draw: classic control, MinAtar, bsuite Catch, misc)"""
 
 
 AGENT_DEFAULTS = {
@@ -186,21 +205,29 @@ def q_learning_update(q_table, states, actions, targets, lr):
     return q_table.at[states, actions].add(lr * td_errors / visits)
 
 
+class TabularState(NamedTuple):
+    q_table: jax.Array
+    env_state: object
+    state: jax.Array  # index of the current observation
+    rng: jax.Array
+
+
 def make_tabular_train(config: Config, log_fn=None):
     """Q-learning, one table per agent: Q(s,a) += lr * (r + gamma * max_a' Q(s',a') - Q(s,a)), no bootstrap
-    past a terminal state (a truncated episode bootstraps from its true last state)."""
+    past a terminal state (a truncated episode bootstraps from its true last state). -> (init, run), as
+    `make_train_parts`."""
     env, env_params, index = finite_state_env(config)
     num_states = envs.num_states(env, env_params)
     num_actions = env.action_space(env_params).n
     steps_per_update = config.num_envs * config.num_steps
-    num_updates = config.total_timesteps // steps_per_update
     lr, gamma = config.learning_rate, config.gamma
 
-    def train(rng):
-        seed_key = rng
+    def init(rng):
         rng, key_reset = jax.random.split(rng)
         obs, env_state = env.reset(key_reset, env_params)
-        q_table = jnp.zeros((num_states, num_actions), jnp.float32)
+        return TabularState(jnp.zeros((num_states, num_actions), jnp.float32), env_state, index(obs), rng)
+
+    def run(seed_key, runner, updates):
 
         def _env_step(carry, step_input):
             q_table, env_state, state, episodes, reward_sum, epsilon = carry
@@ -229,6 +256,7 @@ def make_tabular_train(config: Config, log_fn=None):
                 "env_steps": (update + 1) * steps_per_update,
                 **episode_metrics(env_state, env_state_end, episodes, reward_sum, config.num_steps),
                 "epsilon": epsilon,
+                "nonfinite": ~jnp.isfinite(q_table).all(),  # checked by the host after each chunk
             }
             if log_fn is not None:
                 jax.lax.cond(
@@ -236,17 +264,20 @@ def make_tabular_train(config: Config, log_fn=None):
                     lambda: jax.debug.callback(log_fn, seed_key, update, metrics),
                     lambda: None,
                 )
-            return (q_table, env_state_end, state, rng), metrics
+            return TabularState(q_table, env_state_end, state, rng), metrics
 
-        runner = (q_table, env_state, index(obs), rng)
-        (q_table, *_), metrics = jax.lax.scan(_update_step, runner, jnp.arange(num_updates))
-        return q_table, metrics
+        return jax.lax.scan(_update_step, runner, updates)
 
-    return train
+    return init, run
 
 
 # ----------------------------------------------------------------------------------------------------------
 # DQN
+
+
+def all_finite(tree):
+    """True if no leaf of `tree` holds a NaN or an infinity."""
+    return jnp.all(jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(tree)]))
 
 
 class QNetwork(nn.Module):
@@ -320,12 +351,11 @@ class DQNState(NamedTuple):
 def make_dqn_train(config: Config, log_fn=None):
     """DQN: epsilon-greedy acting in `num_envs` envs, every transition into a replay buffer, a gradient step on
     a uniform minibatch every `train_frequency` env steps after the warm-up, a target network updated every
-    `target_network_frequency` env steps."""
+    `target_network_frequency` env steps. -> (init, run), as `make_train_parts`."""
     env, env_params = envs.make_vec(config.env, config.num_envs)
     num_actions = env.action_space(env_params).n
     network = QNetwork(num_actions, config.hidden_sizes)
     steps_per_update = config.num_envs * config.num_steps
-    num_updates = config.total_timesteps // steps_per_update
     # Per vectorized step of num_envs env steps: `gradient_steps` steps every `steps_per_train` vector steps.
     gradient_steps = max(1, config.num_envs // config.train_frequency)
     steps_per_train = max(1, config.train_frequency // config.num_envs)
@@ -336,13 +366,15 @@ def make_dqn_train(config: Config, log_fn=None):
     tx = optax.adam(lr)
     td_loss = optax.huber_loss if config.loss == "huber" else optax.squared_error
 
-    def train(rng):
-        seed_key = rng
+    def init(rng):
         rng, key_init, key_reset = jax.random.split(rng, 3)
         obs, env_state = env.reset(key_reset, env_params)
         params = network.init(key_init, obs[0])
         train_state = TrainState.create(apply_fn=network.apply, params=params, tx=tx)
         buffer = ReplayBuffer.create(config.buffer_size, obs.shape[1:])
+        return DQNState(train_state, train_state.params, buffer, env_state, obs, rng)
+
+    def run(seed_key, state, updates):
 
         def _loss_fn(params, target_params, batch):
             obs, action, reward, next_obs, terminated = batch
@@ -412,6 +444,8 @@ def make_dqn_train(config: Config, log_fn=None):
                 "epsilon": linear_epsilon(config, update * steps_per_update),
                 "loss/td": loss_sum / count,  # NaN before learning starts
                 "q_value": q_sum / count,
+                # Checked by the host after each chunk: no sync here (loss/td is NaN by design before learning).
+                "nonfinite": ~all_finite((state_end.train_state, state_end.target_params)),
             }
             if log_fn is not None:
                 jax.lax.cond(
@@ -421,10 +455,9 @@ def make_dqn_train(config: Config, log_fn=None):
                 )
             return state_end, metrics
 
-        state = DQNState(train_state, train_state.params, buffer, env_state, obs, rng)
-        return jax.lax.scan(_update_step, state, jnp.arange(num_updates))
+        return jax.lax.scan(_update_step, state, updates)
 
-    return train
+    return init, run
 
 
 def make_train(config: Config, log_fn=None):
@@ -434,9 +467,33 @@ def make_train(config: Config, log_fn=None):
     `log_fn(rng, update, metrics)`, if given, is called on the host every `log_every` updates (once per
     agent when vmapped); it only reads values, so it cannot change the numbers a run produces.
     """
+    init, run = make_train_parts(config, log_fn)
+
+    def train(rng):
+        runner, metrics = run(rng, init(rng), jnp.arange(num_iterations(config)))
+        return learner_of(config, runner), metrics
+
+    return train
+
+
+def num_iterations(config: Config) -> int:
+    """Iterations of the training scan: here, updates (num_steps steps of every env, one metrics row each)."""
+    return config.total_timesteps // (config.num_envs * config.num_steps)
+
+
+def make_train_parts(config: Config, log_fn=None):
+    """`train` in two pure, jittable parts for a resolved config: `init(rng) -> runner_state` and
+    `run(rng, runner_state, updates) -> (runner_state, metrics)`, which runs the updates numbered `updates` (a 1-D
+    array) in one `lax.scan`. Chunked training calls `run` on consecutive slices of `arange(num_updates)`: the
+    same compiled scan body, so any chunking gives the same numbers as one `train(rng)`."""
     if config.agent == "tabular":
         return make_tabular_train(config, log_fn)
     return make_dqn_train(config, log_fn)
+
+
+def learner_of(config: Config, runner):
+    """What evaluation needs of a runner state: the Q-table (tabular) or the `DQNState`."""
+    return runner.q_table if config.agent == "tabular" else runner
 
 
 def greedy_q_function(config: Config, learner):
@@ -448,14 +505,18 @@ def greedy_q_function(config: Config, learner):
     return lambda obs: network.apply(learner.train_state.params, obs)
 
 
+def greedy_policy(config: Config, learner):
+    """`act(obs batch) -> actions`: the greedy policy of one trained learner."""
+    q = greedy_q_function(config, learner)
+    return lambda obs: jnp.argmax(q(obs), -1)
+
+
 def make_evaluate(config: Config):
     """Returns `evaluate(rng, learner) -> (eval_episodes,)` returns of the greedy policy on fresh episodes."""
     env, env_params = envs.make_vec(config.env, config.eval_episodes)
 
     def evaluate(rng, learner):
-        q = greedy_q_function(config, learner)
-        return envs.evaluate(env, env_params, lambda obs: jnp.argmax(q(obs), -1), rng,
-                             env_params.max_steps_in_episode)
+        return envs.evaluate(env, env_params, greedy_policy(config, learner), rng, env_params.max_steps_in_episode)
 
     return evaluate
 
@@ -484,7 +545,8 @@ def greedy_path_length(env: GridWorld, env_params, q_table):
 def validate(config: Config) -> str | None:
     """Returns one line saying what is wrong with the config, or None if it can be trained."""
     for name in ("num_seeds", "total_timesteps", "num_envs", "num_steps", "buffer_size", "batch_size",
-                 "train_frequency", "target_network_frequency", "eval_episodes", "log_every"):
+                 "train_frequency", "target_network_frequency", "eval_episodes", "log_every", "num_chunks",
+                 "keep_checkpoints"):
         value = getattr(config, name)
         if value is not None and value <= 0:
             return f"--{name.replace('_', '-')} must be a positive integer, got {value}"
@@ -523,39 +585,62 @@ def validate(config: Config) -> str | None:
         if config.buffer_size < max(config.batch_size, config.num_envs):
             return (f"--buffer-size {config.buffer_size} must hold at least one batch (--batch-size "
                     f"{config.batch_size}) and one step of every env (--num-envs {config.num_envs})")
+    num_updates = num_iterations(config)
+    if num_updates % config.num_chunks:
+        divisors = [d for d in range(1, min(num_updates, 1000) + 1) if num_updates % d == 0]
+        return (f"--num-chunks {config.num_chunks} does not divide the {num_updates} updates (--total-timesteps // "
+                f"(--num-envs x --num-steps)); use one of {', '.join(map(str, divisors))}")
     return None
 
 
 METRIC_KEYS = {
-    "tabular": ("env_steps", "episodes", "episode_return", "episode_length", "epsilon"),
-    "dqn": ("env_steps", "episodes", "episode_return", "episode_length", "epsilon", "loss/td", "q_value"),
+    "tabular": ("env_steps", "episodes", "episode_return", "episode_length", "epsilon", "nonfinite"),
+    "dqn": ("env_steps", "episodes", "episode_return", "episode_length", "epsilon", "loss/td", "q_value",
+            "nonfinite"),
 }
 
 
-def write_metrics_csv(path, keys, rows):
-    """Writes rows of (seed, update, metrics dict) to `path` atomically."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["seed", "update", *keys])
-        for seed, update, metrics in rows:
-            writer.writerow([seed, update, *(metrics[k] for k in keys)])
-    os.replace(tmp, path)
+def algo_name(config: Config) -> str:
+    """tabular_q or dqn, for a resolved config: the run directory's and the checkpoint's name of the algorithm."""
+    return "tabular_q" if config.agent == "tabular" else "dqn"
+
+
+class MetricsCsv:
+    """<run dir>/metrics.csv, one row per update and agent, appended as each chunk ends: a killed run loses at
+    most the chunk it was in. Rows go update by update, so any chunking writes the same file."""
+
+    def __init__(self, path, keys, keep_iterations=0):
+        self.path, self.keys = path, keys
+        kept = []
+        if keep_iterations and os.path.exists(path):
+            # Resuming: rows past the checkpoint (written before a crash cut its save short) go, the rest stay as
+            # written.
+            with open(path, newline="") as f:
+                kept = [row for row in list(csv.reader(f))[1:] if int(row[1]) < keep_iterations]
+        with open(f"{path}.tmp", "w", newline="") as f:
+            csv.writer(f).writerows([["seed", "update", *keys], *kept])
+        os.replace(f"{path}.tmp", path)
+
+    def append(self, seeds, first, metrics):
+        with open(self.path, "a", newline="") as f:
+            writer = csv.writer(f)
+            for u in range(metrics["env_steps"].shape[1]):
+                for i, seed in enumerate(seeds):
+                    writer.writerow([seed, first + u, *(metrics[k][i, u] for k in self.keys)])
 
 
 class Progress:
-    """Host side of the logging callback: gathers one update's metrics from every agent, then prints a line,
-    appends the rows to metrics.csv and logs to wandb. Training never waits on it beyond the call itself."""
+    """Host side of the logging callback: gathers one update's metrics from every agent, then prints a line and
+    logs to wandb. Training never waits on it beyond the call itself."""
 
-    def __init__(self, config: Config, seed_keys, run_dir, wandb_run):
+    def __init__(self, config: Config, seed_keys, wandb_run):
         self.keys = METRIC_KEYS[config.agent]
         self.seed_of = {tuple(np.asarray(k).tolist()): config.seed + i for i, k in enumerate(seed_keys)}
-        self.run_dir = run_dir
         self.wandb_run = wandb_run
         self.pending = {}
-        self.rows = []
         self.lock = threading.Lock()
         self.start = time.perf_counter()
+        self.start_steps = 0  # env steps per agent already done when `start` was taken (a resumed run)
 
     def __call__(self, seed_key, update, metrics):
         seed = self.seed_of[tuple(np.asarray(seed_key).tolist())]
@@ -572,15 +657,13 @@ class Progress:
         seeds = sorted(by_seed)
         returns = np.array([by_seed[s]["episode_return"] for s in seeds])
         env_steps = int(by_seed[seeds[0]]["env_steps"])
-        sps = env_steps * len(seeds) / (time.perf_counter() - self.start)
+        sps = (env_steps - self.start_steps) * len(seeds) / (time.perf_counter() - self.start)
         if np.all(np.isnan(returns)):
             ret = "no episode ended"
         else:
             ret = (f"return mean {np.nanmean(returns):8.2f}  min {np.nanmin(returns):8.2f}  "
                    f"max {np.nanmax(returns):8.2f}")
         print(f"update {update + 1:6d}  env_steps {env_steps:10d}  sps {sps:10.0f}  {ret}", flush=True)
-        self.rows += [(s, update, by_seed[s]) for s in seeds]
-        write_metrics_csv(os.path.join(self.run_dir, "metrics.csv"), self.keys, self.rows)
         if self.wandb_run is not None:
             log = {"sps": sps}
             for key in self.keys[1:]:
@@ -590,6 +673,175 @@ class Progress:
             log["episode_return/max"] = np.nanmax(returns) if not np.all(np.isnan(returns)) else np.nan
             log.update({f"episode_return/seed_{s}": by_seed[s]["episode_return"] for s in seeds})
             safe_wandb(self.wandb_run.log, log, step=env_steps)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Checkpoints, resume, evaluation of a saved run, and stopping cleanly.
+
+
+def fail(message):
+    """A user error: one line on stderr, exit code 2."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+class Checkpoints:
+    """<run dir>/checkpoints/<iterations done>/, written with orbax: the runner state of every agent (networks,
+    optimizer, env states, RNG keys), the metrics so far (item "history": orbax reserves "metrics") and the
+    config. Saves are asynchronous: the next chunk trains while the files are written."""
+
+    def __init__(self, run_dir, keep=None):
+        # keep=None opens an existing run read-only (--eval).
+        self.manager = ocp.CheckpointManager(
+            os.path.abspath(os.path.join(run_dir, "checkpoints")),
+            options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=keep is not None,
+                                                 read_only=keep is None),
+        )
+
+    def save(self, done, runner, metrics, config: Config):
+        meta = {"algo": algo_name(config), "env": config.env, "iterations": done, "config": asdict(config)}
+        self.manager.save(done, args=ocp.args.Composite(
+            runner=ocp.args.StandardSave(runner), history=ocp.args.StandardSave(metrics),
+            meta=ocp.args.JsonSave(meta),
+        ))
+
+    def restore(self, run_dir, flag, config: Config, abstract_runner, with_metrics):
+        """-> (runner, metrics or None, iterations done) of the newest checkpoint; a clear exit-2 error for a
+        missing or damaged one, or one of another script or env."""
+        step = self.manager.latest_step()
+        if step is None:
+            fail(f"{flag}: {run_dir} has no checkpoint in checkpoints/; was it started before checkpoints "
+                 "existed, or killed before its first chunk ended?")
+        where = os.path.join(run_dir, "checkpoints", str(step))
+        try:
+            meta = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+            if meta["algo"] != algo_name(config) or meta["env"] != config.env:
+                fail(f"{flag}: checkpoint {where} is of {meta['algo']} on {meta['env']}, but the run is "
+                     f"{algo_name(config)} on {config.env}; it does not belong to this run directory")
+            items = {"runner": ocp.args.StandardRestore(abstract_runner)}
+            if with_metrics:
+                items["history"] = ocp.args.StandardRestore()
+            restored = self.manager.restore(step, args=ocp.args.Composite(**items))
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            fail(f"{flag}: checkpoint {where} cannot be read ({type(error).__name__}: "
+                 f"{str(error).splitlines()[0] if str(error) else ''}); it is damaged or incomplete")
+        metrics = jax.tree.map(np.asarray, dict(restored.history)) if with_metrics else None
+        return restored.runner, metrics, step
+
+    def close(self):
+        self.manager.wait_until_finished()
+        self.manager.close()
+
+
+# Flags that change what is logged, not what is computed: they may differ on --resume and --eval.
+RUN_FLAGS = ("track", "wandb_project", "wandb_entity", "wandb_group", "out_dir", "run_name", "log_every",
+             "profile", "keep_checkpoints", "resume", "eval", "seed_index", "eval_episodes",
+             "gif")
+
+
+def read_run_config(run_dir, flag) -> dict:
+    """The config.json of a tabular_q or dqn run directory, as a dict; a clear exit-2 error otherwise."""
+    path = os.path.join(run_dir, "config.json")
+    if not os.path.isdir(run_dir):
+        fail(f"{flag}: no run directory {run_dir}")
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+        algo = saved.pop("algo")
+        if algo in ("tabular_q", "dqn"):
+            # JSON has no tuples: hidden_sizes comes back a list.
+            return {k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()
+                    if k in Config.__dataclass_fields__}
+    except (OSError, ValueError, KeyError, AttributeError):
+        fail(f"{flag}: {path} is missing or unreadable; is {run_dir} a run directory of dqn_tabular_q.py?")
+    fail(f"{flag}: {run_dir} is a run of {algo}, not of tabular_q or dqn; use that script")
+
+
+def resumed_config(config: Config) -> Config:
+    """The run's own config, with the logging flags given on this command line; any other flag that differs
+    from the run's would change its results, and is refused."""
+    saved = read_run_config(config.resume, "--resume")
+    # Compared as JSON, the form config.json holds (tuples are lists there).
+    given, defaults, as_saved = (json.loads(json.dumps(c)) for c in (asdict(config), asdict(Config()), saved))
+    changed = [k for k in saved if k not in RUN_FLAGS and given[k] != defaults[k] and given[k] != as_saved[k]]
+    if changed:
+        flags = ", ".join(f"--{k.replace('_', '-')} {given[k]} (run: {saved[k]})" for k in changed)
+        fail(f"--resume: {flags} would change the run's results; drop it to resume, or start a new run")
+    overrides = {k: getattr(config, k) for k in RUN_FLAGS if given[k] != defaults[k]}
+    return Config(**{**saved, **overrides, "resume": config.resume, "eval": None})
+
+
+class StopRequest:
+    """SIGINT (Ctrl-C) or SIGTERM during training is remembered and acted on when the running chunk ends; a
+    second one stops at once."""
+
+    def __init__(self):
+        self.signal = None
+        self.previous = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def _handle(self, signum, frame):
+        if self.signal is not None:
+            self.restore()
+            raise KeyboardInterrupt
+        self.signal = signal.Signals(signum)
+        print(f"\n{self.signal.name}: stopping when this chunk ends (again to abort at once)", file=sys.stderr,
+              flush=True)
+
+    def restore(self):
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+
+
+def nonfinite_message(seeds, first, flags, last_good):
+    rows, iterations = np.nonzero(flags)
+    bad = ", ".join(str(seeds[i]) for i in sorted(set(rows.tolist())))
+    kept = f"the last good checkpoint is at update {last_good}" if last_good else "no checkpoint was written"
+    return (f"error: non-finite loss or parameters in seed(s) {bad}, first at update {first + iterations.min()} "
+            f"(metrics.csv's numbering); training stopped, {kept}. Lower --learning-rate")
+
+
+def seed_keys(config: Config):
+    return jnp.stack([jax.random.PRNGKey(config.seed + i) for i in range(config.num_seeds)])
+
+
+def evaluate_run(config: Config):
+    """--eval: the greedy policies of a saved run, on the same episodes as its summary's eval_return
+    (unless --eval-episodes changes their number)."""
+    saved = read_run_config(config.eval, "--eval")
+    episodes = config.eval_episodes if config.eval_episodes != Config.eval_episodes else saved["eval_episodes"]
+    if episodes <= 0:
+        fail(f"--eval-episodes must be a positive integer, got {episodes}")
+    run_config = Config(**{**saved, "eval_episodes": episodes})
+    if config.seed_index is not None and not 0 <= config.seed_index < run_config.num_seeds:
+        fail(f"--seed-index {config.seed_index} is out of range: the run has {run_config.num_seeds} agents "
+             f"(indices 0 to {run_config.num_seeds - 1})")
+    if config.gif is not None and not envs.can_draw(run_config.env):
+        fail(f"--gif: gymnax cannot draw {run_config.env}; drop --gif, or evaluate a run on a classic-control, "
+             "MinAtar or misc env")
+    keys = seed_keys(run_config)
+    init, _ = make_train_parts(run_config)
+    abstract_runner = jax.eval_shape(jax.vmap(init), keys)
+    checkpoints = Checkpoints(config.eval)
+    runner, _, done = checkpoints.restore(config.eval, "--eval", run_config, abstract_runner, False)
+    checkpoints.close()
+    eval_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
+    learner = learner_of(run_config, runner)
+    returns = np.asarray(jax.jit(jax.vmap(make_evaluate(run_config)))(eval_keys, learner))
+    indices = range(run_config.num_seeds) if config.seed_index is None else [config.seed_index]
+    print(f"{algo_name(run_config)} on {run_config.env}, checkpoint after {done} updates: greedy policy, "
+          f"{episodes} episodes per agent")
+    for i in indices:
+        print(f"seed {run_config.seed + i} (index {i}): mean {returns[i].mean():.2f}  returns "
+              + " ".join(f"{r:.1f}" for r in returns[i]))
+    if len(indices) > 1:
+        print(f"mean over agents: {returns.mean():.2f}")
+    if config.gif is not None:
+        index = config.seed_index or 0
+        agent = jax.tree.map(lambda x: x[index], learner)
+        act = greedy_policy(run_config, agent)
+        total, length = envs.record_episode(run_config.env, act, eval_keys[index], config.gif)
+        print(f"one episode of seed {run_config.seed + index} (index {index}): return {total:.1f} in {length} "
+              f"steps, drawn to {config.gif}")
 
 
 def safe_wandb(fn, *args, **kwargs):
@@ -694,52 +946,94 @@ def to_json(x):
 
 
 def main(config: Config):
+    if config.eval is not None:
+        evaluate_run(config)
+        return
+    if config.resume is not None:
+        config = resumed_config(config)
     error = validate(config)
     if error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+        fail(error)
     config = resolve(config)
-    algo = "tabular_q" if config.agent == "tabular" else "dqn"
-    run_name = config.run_name or f"{config.env}__{algo}__{config.seed}__{int(time.time())}"
-    run_dir = os.path.join(config.out_dir, run_name)
-    if os.path.isdir(run_dir) and os.listdir(run_dir):
-        print(f"error: run directory {run_dir} exists and is not empty; choose another --run-name",
-              file=sys.stderr)
-        sys.exit(2)
-    os.makedirs(run_dir, exist_ok=True)
-    with open(os.path.join(run_dir, "config.json"), "w") as f:
-        json.dump({"algo": algo, **asdict(config)}, f, indent=2)
+    algo = algo_name(config)
+    if config.resume is not None:
+        run_dir = config.resume
+        run_name = os.path.basename(os.path.normpath(run_dir))
+    else:
+        run_name = config.run_name or f"{config.env}__{algo}__{config.seed}__{int(time.time())}"
+        run_dir = os.path.join(config.out_dir, run_name)
+        if os.path.isdir(run_dir) and os.listdir(run_dir):
+            fail(f"run directory {run_dir} exists and is not empty; choose another --run-name, or --resume it")
+        os.makedirs(run_dir, exist_ok=True)
+        with open(os.path.join(run_dir, "config.json"), "w") as f:
+            json.dump({"algo": algo, **asdict(config), "resume": None}, f, indent=2)
     wandb_run = start_wandb(config, run_name, run_dir) if config.track else None
 
     seeds = [config.seed + i for i in range(config.num_seeds)]
-    keys = jnp.stack([jax.random.PRNGKey(s) for s in seeds])
-    progress = Progress(config, keys, run_dir, wandb_run)
-    train = jax.jit(jax.vmap(make_train(config, log_fn=progress)))
-    print(f"{algo} on {config.env}: {config.num_seeds} agents x {config.total_timesteps} steps "
-          f"({config.num_envs} envs each), run dir {run_dir}")
-    t0 = time.perf_counter()
-    compiled = train.lower(keys).compile()
-    compile_s = time.perf_counter() - t0
-    print(f"compiled in {compile_s:.1f} s")
-    profile_dir = os.path.join(run_dir, "profile")
-    profiler = jax.profiler.trace(profile_dir, create_perfetto_trace=True) if config.profile else nullcontext()
-    progress.start = time.perf_counter()
-    with profiler:
-        learner, metrics = jax.block_until_ready(compiled(keys))
+    keys = seed_keys(config)
+    num_updates = num_iterations(config)
+    chunk = num_updates // config.num_chunks
+    progress = Progress(config, keys, wandb_run)
+    init, run = make_train_parts(config, log_fn=progress)
+    init, run = jax.jit(jax.vmap(init)), jax.jit(jax.vmap(run, in_axes=(0, 0, None)))
+    # From here on Ctrl-C or SIGTERM (during compile too) stop the run where the running chunk ends, resumable.
+    stop = StopRequest()
+    try:
+        print(f"{algo} on {config.env}: {config.num_seeds} agents x {config.total_timesteps} steps "
+              f"({config.num_envs} envs each) in {config.num_chunks} chunk(s), run dir {run_dir}", flush=True)
+        checkpoints = Checkpoints(run_dir, config.keep_checkpoints)
+        done, history = 0, None
+        t0 = time.perf_counter()
+        if config.resume is not None:
+            abstract_runner = jax.eval_shape(init, keys)
+            runner, history, done = checkpoints.restore(run_dir, "--resume", config, abstract_runner, True)
+            print(f"resuming after update {done} of {num_updates}")
+        else:
+            runner = init(keys)
+        compiled = run.lower(keys, runner, jnp.arange(chunk)).compile()
+        compile_s = time.perf_counter() - t0
+        print(f"compiled in {compile_s:.1f} s")
+        metric_keys = METRIC_KEYS[config.agent]
+        metrics_csv = MetricsCsv(os.path.join(run_dir, "metrics.csv"), metric_keys, keep_iterations=done)
+        profile_dir = os.path.join(run_dir, "profile")
+        progress.start, progress.start_steps = time.perf_counter(), done * config.num_envs * config.num_steps
+        for start in range(done, num_updates, chunk):
+            traced = config.profile and start == done
+            with jax.profiler.trace(profile_dir, create_perfetto_trace=True) if traced else nullcontext():
+                runner, metrics = compiled(keys, runner, start + jnp.arange(chunk))
+                metrics = jax.device_get(metrics)
+            jax.effects_barrier()  # the chunk's progress lines are out before anything below
+            metrics_csv.append(seeds, start, metrics)
+            if metrics["nonfinite"].any():
+                checkpoints.close()
+                print(nonfinite_message(seeds, start, metrics["nonfinite"], start), file=sys.stderr)
+                if wandb_run is not None:
+                    safe_wandb(wandb_run.finish, exit_code=1)
+                sys.exit(1)
+            history = metrics if history is None else jax.tree.map(
+                lambda a, b: np.concatenate([a, b], axis=1), history, metrics)
+            checkpoints.save(start + chunk, runner, history, config)
+            if stop.signal is not None and start + chunk < num_updates:
+                checkpoints.close()
+                print(f"{stop.signal.name}: stopped after update {start + chunk} of {num_updates}, metrics and "
+                      f"checkpoint written; continue with: python dqn_tabular_q.py --resume {run_dir}",
+                      file=sys.stderr)
+                if wandb_run is not None:
+                    safe_wandb(wandb_run.finish, exit_code=1)
+                sys.exit(128 + stop.signal)
+    finally:
+        stop.restore()
     train_s = time.perf_counter() - progress.start
+    checkpoints.close()
     if config.profile:
         print(f"profiler trace in {profile_dir}: open its *.trace.json.gz at https://ui.perfetto.dev "
               "(the trace adds overhead to train_s)")
 
+    learner = learner_of(config, runner)
     eval_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
     eval_returns = np.asarray(jax.jit(jax.vmap(make_evaluate(config)))(eval_keys, learner)).mean(axis=1)
 
-    metrics = jax.tree.map(np.asarray, metrics)
-    metric_keys = METRIC_KEYS[config.agent]
-    num_updates = metrics["env_steps"].shape[1]
-    rows = [(s, u, {k: metrics[k][i, u] for k in metric_keys}) for i, s in enumerate(seeds)
-            for u in range(num_updates)]
-    write_metrics_csv(os.path.join(run_dir, "metrics.csv"), metric_keys, rows)
+    metrics = history
     images = [os.path.join(run_dir, "learning_curve.png")]
     plot_learning_curve(images[0], metrics, f"{algo} on {config.env}")
     env_steps = int(metrics["env_steps"][0, -1])
@@ -751,9 +1045,10 @@ def main(config: Config):
         "seeds": seeds,
         "total_timesteps": config.total_timesteps,
         "env_steps": env_steps,
+        "resumed_after_update": done if config.resume is not None else None,
         "compile_s": compile_s,
         "train_s": train_s,
-        "sps": env_steps * config.num_seeds / train_s,
+        "sps": (env_steps - progress.start_steps) * config.num_seeds / train_s,
         "final_return": to_json(final),
         "eval_return": to_json(eval_returns),
     }

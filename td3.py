@@ -20,6 +20,7 @@ if "XLA_FLAGS" not in os.environ:
 
 import csv
 import json
+import signal
 import sys
 import threading
 import time
@@ -33,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import orbax.checkpoint as ocp
 import tyro
 from flax import struct
 from flax.training.train_state import TrainState
@@ -99,7 +101,24 @@ class Config:
     log_every: int = 1000
     """env steps per agent per metrics row; each row is printed (and logged to wandb)"""
     profile: bool = False
-    """write a JAX profiler trace of the training run to <run dir>/profile (Perfetto / TensorBoard); use a short run"""
+    """write a JAX profiler trace of the first chunk of training to <run dir>/profile (Perfetto / TensorBoard)"""
+    # chunks, checkpoints, resume and evaluation
+    num_chunks: int = 1
+    """train in this many equal chunks of metrics rows (one compiled scan, run K times with the state handed on): after
+    each, metrics.csv and a checkpoint are written, and Ctrl-C or SIGTERM stop the run there, resumable"""
+    keep_checkpoints: int = 2
+    """how many of the newest checkpoints <run dir>/checkpoints keeps"""
+    resume: str | None = None
+    """continue the run in this run directory from its last checkpoint, with its config (only logging flags may
+    differ)"""
+    eval: str | None = None
+    """do not train: load the last checkpoint of this run directory and print the returns of its deterministic
+    policies over --eval-episodes episodes"""
+    seed_index: int | None = None
+    """with --eval: only the agent at this index of the run's seeds (0 is the run's --seed); default all"""
+    gif: str | None = None
+    """with --eval: also write one episode of the agent at --seed-index (default 0) to this path as an animated gif
+    (envs gymnax can draw: classic control, MinAtar, bsuite Catch, misc)"""
 
 
 class Actor(nn.Module):
@@ -191,6 +210,11 @@ def td3_target(key, next_obs, reward, terminated, target_policy, target_twin_q, 
     return reward + gamma * (1.0 - terminated) * next_q
 
 
+def all_finite(tree):
+    """True if no leaf of `tree` holds a NaN or an infinity."""
+    return jnp.all(jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(tree)]))
+
+
 def polyak(params, target_params, tau):
     """theta' <- tau theta + (1 - tau) theta': the target moves a small step towards the online network."""
     return jax.tree.map(lambda p, t: tau * p + (1.0 - tau) * t, params, target_params)
@@ -239,6 +263,24 @@ def make_train(config: Config, log_fn=None):
     `log_fn(rng, row, metrics)`, if given, is called on the host after every row (once per agent when
     vmapped); it only reads values, so it cannot change the numbers a run produces.
     """
+    init, run = make_train_parts(config, log_fn)
+
+    def train(rng):
+        return run(rng, init(rng), jnp.arange(num_iterations(config)))
+
+    return train
+
+
+def num_iterations(config: Config) -> int:
+    """Iterations of the training scan: here, metrics rows (log_every env steps and their updates each)."""
+    return derived_sizes(config)[3]
+
+
+def make_train_parts(config: Config, log_fn=None):
+    """`train` in two pure, jittable parts: `init(rng) -> runner_state` and
+    `run(rng, runner_state, rows) -> (runner_state, metrics)`, which runs the rows numbered `rows` (a 1-D array)
+    in one `lax.scan`. Chunked training calls `run` on consecutive slices of `arange(num_rows)`: the same compiled
+    scan body, so any chunking gives the same numbers as one `train(rng)`."""
     steps_per_phase, updates_per_phase, phases_per_row, num_rows, capacity = derived_sizes(config)
     env, env_params = envs.make_vec(config.env, config.num_envs)
     low, high = action_bounds(env, env_params)
@@ -249,8 +291,7 @@ def make_train(config: Config, log_fn=None):
     # Updates start in the phase whose env steps fill the buffer to learning_starts transitions.
     first_update_phase = max(-(-config.learning_starts // steps_per_phase) - 1, 0)
 
-    def train(rng):
-        seed_key = rng
+    def init(rng):
         rng, key_actor, key_critic, key_reset = jax.random.split(rng, 4)
         obs, env_state = env.reset(key_reset, env_params)
         actor_params = actor.init(key_actor, obs[0])
@@ -266,7 +307,9 @@ def make_train(config: Config, log_fn=None):
         zeros = jnp.zeros(config.num_envs)
         buffer = ReplayBuffer.create(capacity, Transition(obs, jnp.zeros((config.num_envs,) + low.shape), zeros,
                                                           zeros, obs))
+        return RunnerState(learner, buffer, env_state, obs, rng)
 
+    def run(seed_key, runner, rows):
         def _env_step(runner, step):
             # Uniform random actions for the first learning_starts env steps (the paper's start_timesteps),
             # then mu(s) plus Gaussian exploration noise. `step` counts steps of one env.
@@ -356,26 +399,34 @@ def make_train(config: Config, log_fn=None):
                 "loss/critic": jnp.nanmean(critic_loss),
                 "loss/actor": jnp.nanmean(actor_loss),
                 "q_value": jnp.nanmean(q_value),
+                # Checked by the host after each chunk: no sync here. (The losses are NaN by design in phases
+                # without updates; the parameters are what a divergence breaks.)
+                "nonfinite": ~all_finite(runner.learner),
             }
             if log_fn is not None:
                 jax.debug.callback(log_fn, seed_key, row, metrics)
             return runner, metrics
 
-        runner = RunnerState(learner, buffer, env_state, obs, rng)
-        return jax.lax.scan(_row, runner, jnp.arange(num_rows))
+        return jax.lax.scan(_row, runner, rows)
 
-    return train
+    return init, run
+
+
+def deterministic_policy(config: Config, runner):
+    """`act(obs batch) -> actions`: one agent's deterministic actor mu(s)."""
+    env, env_params = envs.make_vec(config.env, 1)
+    _, _, policy, _, _ = make_networks(config, env, env_params)
+    return lambda obs: policy(runner.learner.actor.params, obs)
 
 
 def make_evaluate(config: Config):
     """Returns `evaluate(rng, runner_state) -> (eval_episodes,)` returns of the deterministic actor mu(s) on
     fresh episodes."""
     env, env_params = envs.make_vec(config.env, config.eval_episodes)
-    _, _, policy, _, _ = make_networks(config, env, env_params)
 
     def evaluate(rng, runner):
-        act = lambda obs: policy(runner.learner.actor.params, obs)  # noqa: E731
-        return envs.evaluate(env, env_params, act, rng, env_params.max_steps_in_episode)
+        return envs.evaluate(env, env_params, deterministic_policy(config, runner), rng,
+                             env_params.max_steps_in_episode)
 
     return evaluate
 
@@ -387,7 +438,7 @@ def make_evaluate(config: Config):
 def validate(config: Config) -> str | None:
     """Returns one line saying what is wrong with the config, or None if it can be trained."""
     for name in ("num_seeds", "total_timesteps", "num_envs", "buffer_size", "batch_size", "update_every",
-                 "policy_delay", "hidden_size", "eval_episodes", "log_every"):
+                 "policy_delay", "hidden_size", "eval_episodes", "log_every", "num_chunks", "keep_checkpoints"):
         if getattr(config, name) <= 0:
             return f"--{name.replace('_', '-')} must be a positive integer, got {getattr(config, name)}"
     if config.learning_starts < 0:
@@ -418,37 +469,55 @@ def validate(config: Config) -> str | None:
     if config.learning_starts >= config.total_timesteps // config.log_every * config.log_every:
         return (f"--learning-starts {config.learning_starts} leaves no steps to learn in "
                 f"--total-timesteps {config.total_timesteps}")
+    num_rows = config.total_timesteps // config.log_every
+    if num_rows % config.num_chunks:
+        divisors = [d for d in range(1, min(num_rows, 1000) + 1) if num_rows % d == 0]
+        return (f"--num-chunks {config.num_chunks} does not divide the {num_rows} metrics rows (--total-timesteps // "
+                f"--log-every); use one of {', '.join(map(str, divisors))}")
     return None
 
 
 METRIC_KEYS = ("env_steps", "updates", "episodes", "episode_return", "episode_length",
-               "loss/actor", "loss/critic", "q_value")
+               "loss/actor", "loss/critic", "q_value", "nonfinite")
 
 
-def write_metrics_csv(path, rows):
-    """Writes rows of (seed, row, metrics dict) to `path` atomically."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["seed", "row", *METRIC_KEYS])
-        for seed, row, metrics in rows:
-            writer.writerow([seed, row, *(metrics[k] for k in METRIC_KEYS)])
-    os.replace(tmp, path)
+class MetricsCsv:
+    """<run dir>/metrics.csv, one row per metrics row (log_every env steps) and agent, appended as each chunk
+    ends: a killed run loses at most the chunk it was in. Rows go row by row, so any chunking writes the same
+    file."""
+
+    def __init__(self, path, keep_iterations=0):
+        self.path = path
+        kept = []
+        if keep_iterations and os.path.exists(path):
+            # Resuming: rows past the checkpoint (written before a crash cut its save short) go, the rest stay as
+            # written.
+            with open(path, newline="") as f:
+                kept = [row for row in list(csv.reader(f))[1:] if int(row[1]) < keep_iterations]
+        with open(f"{path}.tmp", "w", newline="") as f:
+            csv.writer(f).writerows([["seed", "row", *METRIC_KEYS], *kept])
+        os.replace(f"{path}.tmp", path)
+
+    def append(self, seeds, first, metrics):
+        with open(self.path, "a", newline="") as f:
+            writer = csv.writer(f)
+            for u in range(metrics["env_steps"].shape[1]):
+                for i, seed in enumerate(seeds):
+                    writer.writerow([seed, first + u, *(metrics[k][i, u] for k in METRIC_KEYS)])
 
 
 class Progress:
-    """Host side of the logging callback: gathers one row's metrics from every agent, then prints a line,
-    appends the rows to metrics.csv and logs to wandb. Training never waits on it beyond the call itself."""
+    """Host side of the logging callback: gathers one row's metrics from every agent, then prints a line and logs
+    to wandb. Training never waits on it beyond the call itself."""
 
-    def __init__(self, config: Config, seed_keys, run_dir, wandb_run):
+    def __init__(self, config: Config, seed_keys, wandb_run):
         self.config = config
         self.seed_of = {tuple(np.asarray(k).tolist()): config.seed + i for i, k in enumerate(seed_keys)}
-        self.run_dir = run_dir
         self.wandb_run = wandb_run
         self.pending = {}
-        self.rows = []
         self.lock = threading.Lock()
         self.start = time.perf_counter()
+        self.start_steps = 0  # env steps per agent already done when `start` was taken (a resumed run)
 
     def __call__(self, seed_key, row, metrics):
         seed = self.seed_of[tuple(np.asarray(seed_key).tolist())]
@@ -466,15 +535,13 @@ class Progress:
         returns = np.array([by_seed[s]["episode_return"] for s in seeds])
         env_steps = int(by_seed[seeds[0]]["env_steps"])
         updates = int(by_seed[seeds[0]]["updates"])
-        sps = env_steps * len(seeds) / (time.perf_counter() - self.start)
+        sps = (env_steps - self.start_steps) * len(seeds) / (time.perf_counter() - self.start)
         if np.all(np.isnan(returns)):
             ret = "no episode ended"
         else:
             ret = (f"return mean {np.nanmean(returns):8.2f}  min {np.nanmin(returns):8.2f}  "
                    f"max {np.nanmax(returns):8.2f}")
         print(f"env_steps {env_steps:10d}  updates {updates:9d}  sps {sps:8.0f}  {ret}", flush=True)
-        self.rows += [(s, row, by_seed[s]) for s in seeds]
-        write_metrics_csv(os.path.join(self.run_dir, "metrics.csv"), self.rows)
         if self.wandb_run is not None:
             log = {"sps": sps}
             for key in METRIC_KEYS[1:]:
@@ -484,6 +551,173 @@ class Progress:
             log["episode_return/max"] = np.nanmax(returns) if not np.all(np.isnan(returns)) else np.nan
             log.update({f"episode_return/seed_{s}": by_seed[s]["episode_return"] for s in seeds})
             safe_wandb(self.wandb_run.log, log, step=env_steps)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Checkpoints, resume, evaluation of a saved run, and stopping cleanly.
+
+
+def fail(message):
+    """A user error: one line on stderr, exit code 2."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+class Checkpoints:
+    """<run dir>/checkpoints/<iterations done>/, written with orbax: the runner state of every agent (networks,
+    optimizer, env states, RNG keys), the metrics so far (item "history": orbax reserves "metrics") and the
+    config. Saves are asynchronous: the next chunk trains while the files are written."""
+
+    def __init__(self, run_dir, keep=None):
+        # keep=None opens an existing run read-only (--eval).
+        self.manager = ocp.CheckpointManager(
+            os.path.abspath(os.path.join(run_dir, "checkpoints")),
+            options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=keep is not None,
+                                                 read_only=keep is None),
+        )
+
+    def save(self, done, runner, metrics, config: Config):
+        meta = {"algo": "td3", "env": config.env, "iterations": done, "config": asdict(config)}
+        self.manager.save(done, args=ocp.args.Composite(
+            runner=ocp.args.StandardSave(runner), history=ocp.args.StandardSave(metrics),
+            meta=ocp.args.JsonSave(meta),
+        ))
+
+    def restore(self, run_dir, flag, config: Config, abstract_runner, with_metrics):
+        """-> (runner, metrics or None, iterations done) of the newest checkpoint; a clear exit-2 error for a
+        missing or damaged one, or one of another script or env."""
+        step = self.manager.latest_step()
+        if step is None:
+            fail(f"{flag}: {run_dir} has no checkpoint in checkpoints/; was it started before checkpoints "
+                 "existed, or killed before its first chunk ended?")
+        where = os.path.join(run_dir, "checkpoints", str(step))
+        try:
+            meta = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+            if meta["algo"] != "td3" or meta["env"] != config.env:
+                fail(f"{flag}: checkpoint {where} is of {meta['algo']} on {meta['env']}, but the run is td3 on "
+                     f"{config.env}; it does not belong to this run directory")
+            items = {"runner": ocp.args.StandardRestore(abstract_runner)}
+            if with_metrics:
+                items["history"] = ocp.args.StandardRestore()
+            restored = self.manager.restore(step, args=ocp.args.Composite(**items))
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            fail(f"{flag}: checkpoint {where} cannot be read ({type(error).__name__}: "
+                 f"{str(error).splitlines()[0] if str(error) else ''}); it is damaged or incomplete")
+        metrics = jax.tree.map(np.asarray, dict(restored.history)) if with_metrics else None
+        return restored.runner, metrics, step
+
+    def close(self):
+        self.manager.wait_until_finished()
+        self.manager.close()
+
+
+# Flags that change what is logged, not what is computed: they may differ on --resume and --eval.
+# (log_every is not one here: it sets the rows the training scan runs.)
+RUN_FLAGS = ("track", "wandb_project", "wandb_entity", "wandb_group", "out_dir", "run_name", "profile",
+             "keep_checkpoints", "resume", "eval", "seed_index", "eval_episodes",
+             "gif")
+
+
+def read_run_config(run_dir, flag) -> dict:
+    """The config.json of a ppo run directory, as a dict; a clear exit-2 error otherwise."""
+    path = os.path.join(run_dir, "config.json")
+    if not os.path.isdir(run_dir):
+        fail(f"{flag}: no run directory {run_dir}")
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+        algo = saved.pop("algo")
+        if algo == "td3":
+            return {k: v for k, v in saved.items() if k in Config.__dataclass_fields__}
+    except (OSError, ValueError, KeyError, AttributeError):
+        fail(f"{flag}: {path} is missing or unreadable; is {run_dir} a run directory of td3.py?")
+    fail(f"{flag}: {run_dir} is a run of {algo}, not of td3; use that script")
+
+
+def resumed_config(config: Config) -> Config:
+    """The run's own config, with the logging flags given on this command line; any other flag that differs
+    from the run's would change its results, and is refused."""
+    saved = read_run_config(config.resume, "--resume")
+    # Compared as JSON, the form config.json holds (tuples are lists there).
+    given, defaults, as_saved = (json.loads(json.dumps(c)) for c in (asdict(config), asdict(Config()), saved))
+    changed = [k for k in saved if k not in RUN_FLAGS and given[k] != defaults[k] and given[k] != as_saved[k]]
+    if changed:
+        flags = ", ".join(f"--{k.replace('_', '-')} {given[k]} (run: {saved[k]})" for k in changed)
+        fail(f"--resume: {flags} would change the run's results; drop it to resume, or start a new run")
+    overrides = {k: getattr(config, k) for k in RUN_FLAGS if given[k] != defaults[k]}
+    return Config(**{**saved, **overrides, "resume": config.resume, "eval": None})
+
+
+class StopRequest:
+    """SIGINT (Ctrl-C) or SIGTERM during training is remembered and acted on when the running chunk ends; a
+    second one stops at once."""
+
+    def __init__(self):
+        self.signal = None
+        self.previous = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def _handle(self, signum, frame):
+        if self.signal is not None:
+            self.restore()
+            raise KeyboardInterrupt
+        self.signal = signal.Signals(signum)
+        print(f"\n{self.signal.name}: stopping when this chunk ends (again to abort at once)", file=sys.stderr,
+              flush=True)
+
+    def restore(self):
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+
+
+def nonfinite_message(seeds, first, flags, last_good):
+    rows, iterations = np.nonzero(flags)
+    bad = ", ".join(str(seeds[i]) for i in sorted(set(rows.tolist())))
+    kept = f"the last good checkpoint is at row {last_good}" if last_good else "no checkpoint was written"
+    return (f"error: non-finite loss or parameters in seed(s) {bad}, first at row {first + iterations.min()} "
+            f"(metrics.csv's numbering); training stopped, {kept}. Lower --learning-rate")
+
+
+def seed_keys(config: Config):
+    return jnp.stack([jax.random.PRNGKey(config.seed + i) for i in range(config.num_seeds)])
+
+
+def evaluate_run(config: Config):
+    """--eval: the deterministic policies of a saved run, on the same episodes as its summary's eval_return
+    (unless --eval-episodes changes their number)."""
+    saved = read_run_config(config.eval, "--eval")
+    episodes = config.eval_episodes if config.eval_episodes != Config.eval_episodes else saved["eval_episodes"]
+    if episodes <= 0:
+        fail(f"--eval-episodes must be a positive integer, got {episodes}")
+    run_config = Config(**{**saved, "eval_episodes": episodes})
+    if config.seed_index is not None and not 0 <= config.seed_index < run_config.num_seeds:
+        fail(f"--seed-index {config.seed_index} is out of range: the run has {run_config.num_seeds} agents "
+             f"(indices 0 to {run_config.num_seeds - 1})")
+    if config.gif is not None and not envs.can_draw(run_config.env):
+        fail(f"--gif: gymnax cannot draw {run_config.env}; drop --gif, or evaluate a run on a classic-control, "
+             "MinAtar or misc env")
+    keys = seed_keys(run_config)
+    init, _ = make_train_parts(run_config)
+    abstract_runner = jax.eval_shape(jax.vmap(init), keys)
+    checkpoints = Checkpoints(config.eval)
+    runner, _, done = checkpoints.restore(config.eval, "--eval", run_config, abstract_runner, False)
+    checkpoints.close()
+    eval_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
+    returns = np.asarray(jax.jit(jax.vmap(make_evaluate(run_config)))(eval_keys, runner))
+    indices = range(run_config.num_seeds) if config.seed_index is None else [config.seed_index]
+    print(f"td3 on {run_config.env}, checkpoint after {done} rows: deterministic policy, "
+          f"{episodes} episodes per agent")
+    for i in indices:
+        print(f"seed {run_config.seed + i} (index {i}): mean {returns[i].mean():.2f}  returns "
+              + " ".join(f"{r:.1f}" for r in returns[i]))
+    if len(indices) > 1:
+        print(f"mean over agents: {returns.mean():.2f}")
+    if config.gif is not None:
+        index = config.seed_index or 0
+        agent = jax.tree.map(lambda x: x[index], runner)
+        act = deterministic_policy(run_config, agent)
+        total, length = envs.record_episode(run_config.env, act, eval_keys[index], config.gif)
+        print(f"one episode of seed {run_config.seed + index} (index {index}): return {total:.1f} in {length} "
+              f"steps, drawn to {config.gif}")
 
 
 def safe_wandb(fn, *args, **kwargs):
@@ -559,38 +793,83 @@ def to_json(x):
 
 
 def main(config: Config):
+    if config.eval is not None:
+        evaluate_run(config)
+        return
+    if config.resume is not None:
+        config = resumed_config(config)
     error = validate(config)
     if error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
-    # Brax ids hold a '/' (and maybe a ':'); neither belongs in a directory name.
-    env_name = config.env.replace("/", "-").replace(":", "-")
-    run_name = config.run_name or f"{env_name}__td3__{config.seed}__{int(time.time())}"
-    run_dir = os.path.join(config.out_dir, run_name)
-    if os.path.isdir(run_dir) and os.listdir(run_dir):
-        print(f"error: run directory {run_dir} exists and is not empty; choose another --run-name",
-              file=sys.stderr)
-        sys.exit(2)
-    os.makedirs(run_dir, exist_ok=True)
-    with open(os.path.join(run_dir, "config.json"), "w") as f:
-        json.dump({"algo": "td3", **asdict(config)}, f, indent=2)
+        fail(error)
+    if config.resume is not None:
+        run_dir = config.resume
+        run_name = os.path.basename(os.path.normpath(run_dir))
+    else:
+        # Brax ids hold a '/' (and maybe a ':'); neither belongs in a directory name.
+        env_name = config.env.replace("/", "-").replace(":", "-")
+        run_name = config.run_name or f"{env_name}__td3__{config.seed}__{int(time.time())}"
+        run_dir = os.path.join(config.out_dir, run_name)
+        if os.path.isdir(run_dir) and os.listdir(run_dir):
+            fail(f"run directory {run_dir} exists and is not empty; choose another --run-name, or --resume it")
+        os.makedirs(run_dir, exist_ok=True)
+        with open(os.path.join(run_dir, "config.json"), "w") as f:
+            json.dump({"algo": "td3", **asdict(config), "resume": None}, f, indent=2)
     wandb_run = start_wandb(config, run_name, run_dir) if config.track else None
 
     seeds = [config.seed + i for i in range(config.num_seeds)]
-    keys = jnp.stack([jax.random.PRNGKey(s) for s in seeds])
-    progress = Progress(config, keys, run_dir, wandb_run)
-    train = jax.jit(jax.vmap(make_train(config, log_fn=progress)))
-    print(f"td3 on {config.env}: {config.num_seeds} agents x {config.total_timesteps} steps, run dir {run_dir}")
-    t0 = time.perf_counter()
-    compiled = train.lower(keys).compile()
-    compile_s = time.perf_counter() - t0
-    print(f"compiled in {compile_s:.1f} s")
-    profile_dir = os.path.join(run_dir, "profile")
-    profiler = jax.profiler.trace(profile_dir, create_perfetto_trace=True) if config.profile else nullcontext()
-    progress.start = time.perf_counter()
-    with profiler:
-        runner, metrics = jax.block_until_ready(compiled(keys))
+    keys = seed_keys(config)
+    num_rows = num_iterations(config)
+    chunk = num_rows // config.num_chunks
+    progress = Progress(config, keys, wandb_run)
+    init, run = make_train_parts(config, log_fn=progress)
+    init, run = jax.jit(jax.vmap(init)), jax.jit(jax.vmap(run, in_axes=(0, 0, None)))
+    # From here on Ctrl-C or SIGTERM (during compile too) stop the run where the running chunk ends, resumable.
+    stop = StopRequest()
+    try:
+        print(f"td3 on {config.env}: {config.num_seeds} agents x {config.total_timesteps} steps "
+              f"in {config.num_chunks} chunk(s), run dir {run_dir}", flush=True)
+        checkpoints = Checkpoints(run_dir, config.keep_checkpoints)
+        done, history = 0, None
+        t0 = time.perf_counter()
+        if config.resume is not None:
+            abstract_runner = jax.eval_shape(init, keys)
+            runner, history, done = checkpoints.restore(run_dir, "--resume", config, abstract_runner, True)
+            print(f"resuming after row {done} of {num_rows}")
+        else:
+            runner = init(keys)
+        compiled = run.lower(keys, runner, jnp.arange(chunk)).compile()
+        compile_s = time.perf_counter() - t0
+        print(f"compiled in {compile_s:.1f} s")
+        metrics_csv = MetricsCsv(os.path.join(run_dir, "metrics.csv"), keep_iterations=done)
+        profile_dir = os.path.join(run_dir, "profile")
+        progress.start, progress.start_steps = time.perf_counter(), done * config.log_every
+        for start in range(done, num_rows, chunk):
+            traced = config.profile and start == done
+            with jax.profiler.trace(profile_dir, create_perfetto_trace=True) if traced else nullcontext():
+                runner, metrics = compiled(keys, runner, start + jnp.arange(chunk))
+                metrics = jax.device_get(metrics)
+            jax.effects_barrier()  # the chunk's progress lines are out before anything below
+            metrics_csv.append(seeds, start, metrics)
+            if metrics["nonfinite"].any():
+                checkpoints.close()
+                print(nonfinite_message(seeds, start, metrics["nonfinite"], start), file=sys.stderr)
+                if wandb_run is not None:
+                    safe_wandb(wandb_run.finish, exit_code=1)
+                sys.exit(1)
+            history = metrics if history is None else jax.tree.map(
+                lambda a, b: np.concatenate([a, b], axis=1), history, metrics)
+            checkpoints.save(start + chunk, runner, history, config)
+            if stop.signal is not None and start + chunk < num_rows:
+                checkpoints.close()
+                print(f"{stop.signal.name}: stopped after row {start + chunk} of {num_rows}, metrics and "
+                      f"checkpoint written; continue with: python td3.py --resume {run_dir}", file=sys.stderr)
+                if wandb_run is not None:
+                    safe_wandb(wandb_run.finish, exit_code=1)
+                sys.exit(128 + stop.signal)
+    finally:
+        stop.restore()
     train_s = time.perf_counter() - progress.start
+    checkpoints.close()
     if config.profile:
         print(f"profiler trace in {profile_dir}: open its *.trace.json.gz at https://ui.perfetto.dev "
               "(the trace adds overhead to train_s)")
@@ -598,11 +877,7 @@ def main(config: Config):
     eval_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
     eval_returns = np.asarray(jax.jit(jax.vmap(make_evaluate(config)))(eval_keys, runner)).mean(axis=1)
 
-    metrics = jax.tree.map(np.asarray, metrics)
-    num_rows = metrics["env_steps"].shape[1]
-    rows = [(s, r, {k: metrics[k][i, r] for k in METRIC_KEYS}) for i, s in enumerate(seeds)
-            for r in range(num_rows)]
-    write_metrics_csv(os.path.join(run_dir, "metrics.csv"), rows)
+    metrics = history
     plot_learning_curve(os.path.join(run_dir, "learning_curve.png"), metrics, f"td3 on {config.env}")
     env_steps = int(metrics["env_steps"][0, -1])
     updates = int(metrics["updates"][0, -1])
@@ -615,10 +890,12 @@ def main(config: Config):
         "total_timesteps": config.total_timesteps,
         "env_steps": env_steps,
         "updates": updates,
+        "resumed_after_row": done if config.resume is not None else None,
         "compile_s": compile_s,
         "train_s": train_s,
-        "sps": env_steps * config.num_seeds / train_s,
-        "updates_per_s": updates * config.num_seeds / train_s,
+        "sps": (env_steps - progress.start_steps) * config.num_seeds / train_s,
+        "updates_per_s": (updates - int(history["updates"][0, done - 1]) if done else updates) * config.num_seeds
+        / train_s,
         "final_return": to_json(final),
         "eval_return": to_json(eval_returns),
     }

@@ -11,6 +11,7 @@ import difflib
 import gymnax
 import jax
 import jax.numpy as jnp
+import numpy as np
 from gymnax.environments import spaces
 
 from envs.gridworld import make_gridworld
@@ -158,3 +159,48 @@ def evaluate(env, env_params, act, key, num_steps: int):
     carry = (obs, state, jnp.zeros(num_envs, bool), jnp.full(num_envs, jnp.nan, jnp.float32))
     (_, _, _, returns), _ = jax.lax.scan(_eval_step, carry, jax.random.split(key, num_steps))
     return returns
+
+
+# Envs gymnax's visualizer can draw (gymnax.visualize.Visualizer), by the name gymnax gives them.
+_DRAWABLE = ("Acrobot-v1", "CartPole-v1", "Pendulum-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Catch-bsuite",
+             "Asterix-MinAtar", "Breakout-MinAtar", "Freeway-MinAtar", "Seaquest-MinAtar", "SpaceInvaders-MinAtar",
+             "Pong-misc", "PointRobot-misc", "MetaMaze-misc", "FourRooms-misc")
+
+
+def can_draw(env_id: str) -> bool:
+    """True if `record_episode` can animate this env."""
+    return env_id in _DRAWABLE
+
+
+def record_episode(env_id: str, act, key, path: str):
+    """Plays one episode of `env_id` (through the `make_vec` stack, one env) with `act(obs batch) -> actions`, as
+    `evaluate` does, and writes it to `path` as an animated gif drawn by gymnax's visualizer (one frame per step,
+    from the first observation to the last before the episode ends). Returns `(return, length)`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from gymnax.visualize import Visualizer
+
+    if not can_draw(env_id):
+        raise ValueError(f"gymnax cannot draw {env_id}; it draws {', '.join(_DRAWABLE)}")
+    env, env_params = make_vec(env_id, 1)
+
+    @jax.jit
+    def play(key):
+        key_reset, key = jax.random.split(key)
+        obs, state = env.reset(key_reset, env_params)
+
+        def _step(carry, step_key):
+            obs, state = carry
+            next_obs, next_state, reward, _, _, info = env.step(step_key, state, act(obs), env_params)
+            # The base env's state before this step, one frame; EpisodeStatistics holds it, VecEnv batches it.
+            return (next_obs, next_state), (state.env_state, reward[0], info["episode_done"][0])
+
+        _, trajectory = jax.lax.scan(_step, (obs, state), jax.random.split(key, env_params.max_steps_in_episode))
+        return trajectory
+
+    frames, rewards, dones = jax.device_get(play(key))
+    length = int(np.argmax(dones)) + 1 if dones.any() else len(dones)
+    states = [jax.tree.map(lambda x, t=t: x[t, 0], frames) for t in range(length)]
+    Visualizer(_unwrapped(env), env_params, states, np.cumsum(rewards[:length])).animate(path)
+    return float(rewards[:length].sum()), length
