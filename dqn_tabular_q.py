@@ -485,7 +485,8 @@ def make_train_parts(config: Config, log_fn=None):
     """`train` in two pure, jittable parts for a resolved config: `init(rng) -> runner_state` and
     `run(rng, runner_state, updates) -> (runner_state, metrics)`, which runs the updates numbered `updates` (a 1-D
     array) in one `lax.scan`. Chunked training calls `run` on consecutive slices of `arange(num_updates)`: the
-    same compiled scan body, so any chunking gives the same numbers as one `train(rng)`."""
+    same compiled scan body, so any chunking gives the numbers of one call over all of them, bit for bit
+    (`train(rng)`, compiled as one fused program, agrees with them to float rounding)."""
     if config.agent == "tabular":
         return make_tabular_train(config, log_fn)
     return make_dqn_train(config, log_fn)

@@ -242,7 +242,8 @@ def make_train_parts(config: Config, log_fn=None):
     """`train` in two pure, jittable parts: `init(rng) -> runner_state` and
     `run(rng, runner_state, epochs) -> (runner_state, metrics)`, which runs the epochs numbered `epochs` (a 1-D
     array) in one `lax.scan`. Chunked training calls `run` on consecutive slices of `arange(num_epochs)`: the
-    same compiled scan body, so any chunking gives the same numbers as one `train(rng)`."""
+    same compiled scan body, so any chunking gives the numbers of one call over all of them, bit for bit
+    (`train(rng)`, compiled as one fused program, agrees with them to float rounding)."""
     steps_per_epoch = config.num_envs * config.num_steps
     env, env_params = envs.make_vec(config.env, config.num_envs)
     actor, critic, discrete = make_networks(config, env, env_params)

@@ -280,7 +280,8 @@ def make_train_parts(config: Config, log_fn=None):
     """`train` in two pure, jittable parts: `init(rng) -> runner_state` and
     `run(rng, runner_state, rows) -> (runner_state, metrics)`, which runs the rows numbered `rows` (a 1-D array)
     in one `lax.scan`. Chunked training calls `run` on consecutive slices of `arange(num_rows)`: the same compiled
-    scan body, so any chunking gives the same numbers as one `train(rng)`."""
+    scan body, so any chunking gives the numbers of one call over all of them, bit for bit (`train(rng)`, compiled
+    as one fused program, agrees with them to float rounding)."""
     steps_per_phase, updates_per_phase, phases_per_row, num_rows, capacity = derived_sizes(config)
     env, env_params = envs.make_vec(config.env, config.num_envs)
     low, high = action_bounds(env, env_params)
