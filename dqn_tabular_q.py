@@ -205,6 +205,11 @@ def q_learning_update(q_table, states, actions, targets, lr):
     return q_table.at[states, actions].add(lr * td_errors / visits)
 
 
+def all_finite(tree):
+    """True if no leaf of `tree` holds a NaN or an infinity."""
+    return jnp.all(jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(tree)]))
+
+
 class TabularState(NamedTuple):
     q_table: jax.Array
     env_state: object
@@ -256,7 +261,7 @@ def make_tabular_train(config: Config, log_fn=None):
                 "env_steps": (update + 1) * steps_per_update,
                 **episode_metrics(env_state, env_state_end, episodes, reward_sum, config.num_steps),
                 "epsilon": epsilon,
-                "nonfinite": ~jnp.isfinite(q_table).all(),  # checked by the host after each chunk
+                "nonfinite": ~all_finite(q_table),  # checked by the host after each chunk
             }
             if log_fn is not None:
                 jax.lax.cond(
@@ -273,11 +278,6 @@ def make_tabular_train(config: Config, log_fn=None):
 
 # ----------------------------------------------------------------------------------------------------------
 # DQN
-
-
-def all_finite(tree):
-    """True if no leaf of `tree` holds a NaN or an infinity."""
-    return jnp.all(jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(tree)]))
 
 
 class QNetwork(nn.Module):
@@ -801,6 +801,15 @@ def nonfinite_message(seeds, first, flags, last_good):
             f"(metrics.csv's numbering); training stopped, {kept}. Lower --learning-rate")
 
 
+def stop_run(checkpoints, wandb_run, message, code):
+    """Ends a run before its last chunk: waits for the checkpoint being written, says why on stderr, exits."""
+    checkpoints.close()
+    print(message, file=sys.stderr)
+    if wandb_run is not None:
+        safe_wandb(wandb_run.finish, exit_code=1)
+    sys.exit(code)
+
+
 def seed_keys(config: Config):
     return jnp.stack([jax.random.PRNGKey(config.seed + i) for i in range(config.num_seeds)])
 
@@ -1006,22 +1015,14 @@ def main(config: Config):
             jax.effects_barrier()  # the chunk's progress lines are out before anything below
             metrics_csv.append(seeds, start, metrics)
             if metrics["nonfinite"].any():
-                checkpoints.close()
-                print(nonfinite_message(seeds, start, metrics["nonfinite"], start), file=sys.stderr)
-                if wandb_run is not None:
-                    safe_wandb(wandb_run.finish, exit_code=1)
-                sys.exit(1)
+                stop_run(checkpoints, wandb_run, nonfinite_message(seeds, start, metrics["nonfinite"], start), 1)
             history = metrics if history is None else jax.tree.map(
                 lambda a, b: np.concatenate([a, b], axis=1), history, metrics)
             checkpoints.save(start + chunk, runner, history, config)
             if stop.signal is not None and start + chunk < num_updates:
-                checkpoints.close()
-                print(f"{stop.signal.name}: stopped after update {start + chunk} of {num_updates}, metrics and "
-                      f"checkpoint written; continue with: python dqn_tabular_q.py --resume {run_dir}",
-                      file=sys.stderr)
-                if wandb_run is not None:
-                    safe_wandb(wandb_run.finish, exit_code=1)
-                sys.exit(128 + stop.signal)
+                message = (f"{stop.signal.name}: stopped after update {start + chunk} of {num_updates}, metrics and "
+                           f"checkpoint written; continue with: python dqn_tabular_q.py --resume {run_dir}")
+                stop_run(checkpoints, wandb_run, message, 128 + stop.signal)
     finally:
         stop.restore()
     train_s = time.perf_counter() - progress.start

@@ -628,6 +628,15 @@ def nonfinite_message(seeds, first, flags, last_good):
             f"(metrics.csv's numbering); training stopped, {kept}. Lower --learning-rate or --max-grad-norm")
 
 
+def stop_run(checkpoints, wandb_run, message, code):
+    """Ends a run before its last chunk: waits for the checkpoint being written, says why on stderr, exits."""
+    checkpoints.close()
+    print(message, file=sys.stderr)
+    if wandb_run is not None:
+        safe_wandb(wandb_run.finish, exit_code=1)
+    sys.exit(code)
+
+
 def seed_keys(config: Config):
     return jnp.stack([jax.random.PRNGKey(config.seed + i) for i in range(config.num_seeds)])
 
@@ -802,21 +811,14 @@ def main(config: Config):
             jax.effects_barrier()  # the chunk's progress lines are out before anything below
             metrics_csv.append(seeds, start, metrics)
             if metrics["nonfinite"].any():
-                checkpoints.close()
-                print(nonfinite_message(seeds, start, metrics["nonfinite"], start), file=sys.stderr)
-                if wandb_run is not None:
-                    safe_wandb(wandb_run.finish, exit_code=1)
-                sys.exit(1)
+                stop_run(checkpoints, wandb_run, nonfinite_message(seeds, start, metrics["nonfinite"], start), 1)
             history = metrics if history is None else jax.tree.map(
                 lambda a, b: np.concatenate([a, b], axis=1), history, metrics)
             checkpoints.save(start + chunk, runner, history, config)
             if stop.signal is not None and start + chunk < num_updates:
-                checkpoints.close()
-                print(f"{stop.signal.name}: stopped after update {start + chunk} of {num_updates}, metrics and "
-                      f"checkpoint written; continue with: python ppo.py --resume {run_dir}", file=sys.stderr)
-                if wandb_run is not None:
-                    safe_wandb(wandb_run.finish, exit_code=1)
-                sys.exit(128 + stop.signal)
+                message = (f"{stop.signal.name}: stopped after update {start + chunk} of {num_updates}, metrics and "
+                           f"checkpoint written; continue with: python ppo.py --resume {run_dir}")
+                stop_run(checkpoints, wandb_run, message, 128 + stop.signal)
     finally:
         stop.restore()
     train_s = time.perf_counter() - progress.start
