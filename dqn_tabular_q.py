@@ -14,12 +14,16 @@ a wandb run as well.
 
 import os
 
-# XLA:CPU in jax 0.10 can hang on vmapped training with the concurrency-optimised scheduler (see README).
-if "XLA_FLAGS" not in os.environ:
-    os.environ["XLA_FLAGS"] = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+# XLA:CPU in jax 0.10 can hang on vmapped training with the concurrency-optimised scheduler (see README); added to
+# any XLA_FLAGS the user sets (e.g. --xla_force_host_platform_device_count=N for N CPU devices).
+if "concurrency_optimized_scheduler" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = " ".join(
+        [os.environ.get("XLA_FLAGS", ""), "--xla_cpu_enable_concurrency_optimized_scheduler=false"]).strip()
 
+import argparse
 import csv
 import dataclasses
+import itertools
 import json
 import signal
 import sys
@@ -39,10 +43,34 @@ import orbax.checkpoint as ocp
 import tyro
 from flax import struct
 from flax.training.train_state import TrainState
+from jax.experimental import multihost_utils
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-import envs
-from envs.gridworld import ACTION_NAMES, GridWorld
-from envs.gridworld import EnvState as GridState
+
+def start_processes(argv):
+    """A multi-process run (--coordinator-address, --num-processes, --process-id; every process gets the same
+    flags but its own id) starts JAX's distributed runtime here, before `import envs`: it must come before anything
+    creates a JAX backend, and importing gymnax does. Only these three flags are read here; tyro reads them all."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--coordinator-address", "--coordinator_address", default=None)
+    parser.add_argument("--num-processes", "--num_processes", type=int, default=1)
+    parser.add_argument("--process-id", "--process_id", type=int, default=0)
+    flags, _ = parser.parse_known_args(argv)
+    if flags.num_processes == 1 and flags.coordinator_address is None:
+        return
+    if flags.coordinator_address is None or not 0 <= flags.process_id < flags.num_processes:
+        print(f"error: a multi-process run needs --coordinator-address host:port and --process-id in 0 to "
+              f"{flags.num_processes - 1}", file=sys.stderr)
+        sys.exit(2)
+    jax.distributed.initialize(flags.coordinator_address, flags.num_processes, flags.process_id)
+
+
+if __name__ == "__main__":
+    start_processes(sys.argv[1:])
+
+import envs  # noqa: E402 - after start_processes, see there
+from envs.gridworld import ACTION_NAMES, GridWorld  # noqa: E402
+from envs.gridworld import EnvState as GridState  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -130,6 +158,18 @@ class Config:
     gif: str | None = None
     """with --eval: also write one episode of the agent at --seed-index (default 0) to this path as an animated gif
     (envs gymnax can draw: classic control, MinAtar, bsuite Catch, misc)"""
+    # scale out: sweeps, devices and processes
+    sweep: tyro.conf.UseAppendAction[tuple[str, ...]] = ()
+    """field=v1,v2,...: train every value x every seed in one compiled program; repeat the flag for a grid
+    (fields: learning_rate or lr, gamma, start_e, end_e, exploration_fraction; dqn also tau)"""
+    num_devices: int | None = None
+    """shard the agents over this many devices (default: as many as there are, or the most that divide the agents)"""
+    coordinator_address: str | None = None
+    """host:port of process 0 for a multi-process run (jax.distributed); every process gets the same flags"""
+    num_processes: int = 1
+    """processes of a multi-process run (one per host, or per GPU)"""
+    process_id: int = 0
+    """this process's index, 0 to --num-processes - 1; process 0 writes the run directory and wandb"""
 
 
 AGENT_DEFAULTS = {
@@ -149,11 +189,27 @@ def resolve(config: Config) -> Config:
     return dataclasses.replace(config, agent=agent, **unset)
 
 
-def linear_epsilon(config: Config, env_steps):
-    """Epsilon after `env_steps` env steps: linear from start_e to end_e, then flat."""
-    decay_steps = max(1.0, config.exploration_fraction * config.total_timesteps)
+# Config fields that enter the jitted code as arrays, one value per agent: --sweep may vary them in one program.
+# Per agent: tau only moves DQN's target network; the tabular agent has none.
+SWEEPABLE = {
+    "tabular": ("learning_rate", "gamma", "start_e", "end_e", "exploration_fraction"),
+    "dqn": ("learning_rate", "gamma", "start_e", "end_e", "exploration_fraction", "tau"),
+}
+SWEEP_ALIASES = {"lr": "learning_rate"}
+
+
+def default_hparams(config: Config) -> dict:
+    """The SWEEPABLE fields of a resolved `config`, as float32 arrays: an agent's hyperparameters when no sweep
+    sets them."""
+    return {k: jnp.float32(getattr(config, k)) for k in SWEEPABLE[config.agent]}
+
+
+def linear_epsilon(config: Config, hp, env_steps):
+    """Epsilon after `env_steps` env steps: linear from start_e to end_e, then flat (`hp`: the agent's
+    hyperparameters, as in `default_hparams`)."""
+    decay_steps = jnp.maximum(1.0, hp["exploration_fraction"] * config.total_timesteps)
     frac = jnp.clip(env_steps / decay_steps, 0.0, 1.0)
-    return config.start_e + frac * (config.end_e - config.start_e)
+    return hp["start_e"] + frac * (hp["end_e"] - hp["start_e"])
 
 
 def finite_state_env(config: Config):
@@ -215,6 +271,7 @@ class TabularState(NamedTuple):
     env_state: object
     state: jax.Array  # index of the current observation
     rng: jax.Array
+    hparams: dict  # this agent's values of the SWEEPABLE fields, as arrays (a sweep gives each agent its own)
 
 
 def make_tabular_train(config: Config, log_fn=None):
@@ -225,14 +282,15 @@ def make_tabular_train(config: Config, log_fn=None):
     num_states = envs.num_states(env, env_params)
     num_actions = env.action_space(env_params).n
     steps_per_update = config.num_envs * config.num_steps
-    lr, gamma = config.learning_rate, config.gamma
 
-    def init(rng):
+    def init(rng, hparams=None):
+        hparams = default_hparams(config) if hparams is None else hparams
         rng, key_reset = jax.random.split(rng)
         obs, env_state = env.reset(key_reset, env_params)
-        return TabularState(jnp.zeros((num_states, num_actions), jnp.float32), env_state, index(obs), rng)
+        return TabularState(jnp.zeros((num_states, num_actions), jnp.float32), env_state, index(obs), rng, hparams)
 
-    def run(seed_key, runner, updates):
+    def run(agent, runner, updates):
+        hp = runner.hparams  # this agent's hyperparameters (arrays, constant over training)
 
         def _env_step(carry, step_input):
             q_table, env_state, state, episodes, reward_sum, epsilon = carry
@@ -240,19 +298,19 @@ def make_tabular_train(config: Config, log_fn=None):
             action = epsilon_greedy_with_random_ties(q_table[state], bits, epsilon)
             obs, env_state, reward, terminated, _, info = env.step(key_step, env_state, action, env_params)
             next_state = index(info["final_observation"])  # the true next state, also at an auto-reset
-            target = reward + gamma * (1.0 - terminated) * q_table[next_state].max(-1)
-            q_table = q_learning_update(q_table, state, action, target, lr)
+            target = reward + hp["gamma"] * (1.0 - terminated) * q_table[next_state].max(-1)
+            q_table = q_learning_update(q_table, state, action, target, hp["learning_rate"])
             episodes, reward_sum = episodes + info["episode_done"], reward_sum + reward
             return (q_table, env_state, index(obs), episodes, reward_sum, epsilon), None
 
         def _update_step(runner, update):
-            q_table, env_state, state, rng = runner
+            q_table, env_state, state, rng, hparams = runner
             rng, key_bits, key_steps = jax.random.split(rng, 3)
             # The randomness of the whole update in two batched calls, outside the step scan. Env step keys
             # are dead code (and compiled away) for deterministic envs such as GridWorld-v0.
             bits = jax.random.bits(key_bits, (config.num_steps, config.num_envs), jnp.uint32)
             step_keys = jax.random.split(key_steps, config.num_steps)
-            epsilon = linear_epsilon(config, update * steps_per_update)
+            epsilon = linear_epsilon(config, hp, update * steps_per_update)
             counters = jnp.zeros(config.num_envs, jnp.int32), jnp.zeros(config.num_envs, jnp.float32)
             (q_table, env_state_end, state, episodes, reward_sum, _), _ = jax.lax.scan(
                 _env_step, (q_table, env_state, state, *counters, epsilon), (bits, step_keys)
@@ -266,10 +324,10 @@ def make_tabular_train(config: Config, log_fn=None):
             if log_fn is not None:
                 jax.lax.cond(
                     (update + 1) % config.log_every == 0,
-                    lambda: jax.debug.callback(log_fn, seed_key, update, metrics),
+                    lambda: jax.debug.callback(log_fn, agent, update, metrics),
                     lambda: None,
                 )
-            return TabularState(q_table, env_state_end, state, rng), metrics
+            return TabularState(q_table, env_state_end, state, rng, hparams), metrics
 
         return jax.lax.scan(_update_step, runner, updates)
 
@@ -346,6 +404,7 @@ class DQNState(NamedTuple):
     env_state: object
     obs: jax.Array
     rng: jax.Array
+    hparams: dict  # this agent's values of the SWEEPABLE fields, as arrays (a sweep gives each agent its own)
 
 
 def make_dqn_train(config: Config, log_fn=None):
@@ -359,22 +418,35 @@ def make_dqn_train(config: Config, log_fn=None):
     # Per vectorized step of num_envs env steps: `gradient_steps` steps every `steps_per_train` vector steps.
     gradient_steps = max(1, config.num_envs // config.train_frequency)
     steps_per_train = max(1, config.train_frequency // config.num_envs)
-    gamma = config.gamma
-    lr = config.learning_rate
+    anneal = optax.identity()
     if config.anneal_lr:
-        lr = optax.linear_schedule(lr, 0.0, config.total_timesteps // config.train_frequency)
-    tx = optax.adam(lr)
+        anneal = optax.scale_by_schedule(
+            optax.linear_schedule(1.0, 0.0, config.total_timesteps // config.train_frequency))
+
+    def make_optimizer(learning_rate):
+        return optax.chain(optax.adam(learning_rate), anneal)
+
+    # inject_hyperparams keeps the learning rate in the optimizer state, as an array: each agent of a sweep carries
+    # its own. optax.flatten runs Adam on one flat vector: a few large ops per step instead of a few per parameter
+    # array, and (XLA:CPU, jax 0.10) the same bits on any number of devices, which per-array ops fused into the
+    # sharded program did not give (params drifted by float rounding on 2 devices).
+    tx = optax.flatten(optax.inject_hyperparams(make_optimizer)(learning_rate=config.learning_rate))
     td_loss = optax.huber_loss if config.loss == "huber" else optax.squared_error
 
-    def init(rng):
+    def init(rng, hparams=None):
+        hparams = default_hparams(config) if hparams is None else hparams
         rng, key_init, key_reset = jax.random.split(rng, 3)
         obs, env_state = env.reset(key_reset, env_params)
         params = network.init(key_init, obs[0])
         train_state = TrainState.create(apply_fn=network.apply, params=params, tx=tx)
+        opt_state = train_state.opt_state
+        injected = {k: jnp.asarray(hparams[k], jnp.float32) for k in opt_state.hyperparams}
+        train_state = train_state.replace(opt_state=opt_state._replace(hyperparams=injected))
         buffer = ReplayBuffer.create(config.buffer_size, obs.shape[1:])
-        return DQNState(train_state, train_state.params, buffer, env_state, obs, rng)
+        return DQNState(train_state, train_state.params, buffer, env_state, obs, rng, hparams)
 
-    def run(seed_key, state, updates):
+    def run(agent, state, updates):
+        hp = state.hparams  # this agent's hyperparameters (arrays, constant over training)
 
         def _loss_fn(params, target_params, batch):
             obs, action, reward, next_obs, terminated = batch
@@ -385,7 +457,7 @@ def make_dqn_train(config: Config, log_fn=None):
             else:
                 next_q = next_q_target.max(-1)
             # No bootstrap past a terminal state; a time-limit truncation bootstraps from the true last obs.
-            target = jax.lax.stop_gradient(reward + gamma * (1.0 - terminated) * next_q)
+            target = jax.lax.stop_gradient(reward + hp["gamma"] * (1.0 - terminated) * next_q)
             q = jnp.take_along_axis(network.apply(params, obs), action[:, None], -1).squeeze(-1)
             return td_loss(q, target).mean(), q.mean()
 
@@ -406,10 +478,11 @@ def make_dqn_train(config: Config, log_fn=None):
 
         def _step(runner, step):
             """One vectorized env step (num_envs transitions into the buffer), then learning when due."""
-            (train_state, target_params, buffer, env_state, obs, rng), episodes, reward_sum, learn_sums = runner
+            dqn_state, episodes, reward_sum, learn_sums = runner
+            train_state, target_params, buffer, env_state, obs, rng, hparams = dqn_state
             rng, key_explore, key_action, key_step, key_learn = jax.random.split(rng, 5)
             env_steps = (step + 1) * config.num_envs
-            epsilon = linear_epsilon(config, step * config.num_envs)
+            epsilon = linear_epsilon(config, hp, step * config.num_envs)
             greedy = jnp.argmax(network.apply(train_state.params, obs), -1)
             random_action = jax.random.randint(key_action, greedy.shape, 0, num_actions)
             action = jnp.where(jax.random.uniform(key_explore, greedy.shape) < epsilon, random_action, greedy)
@@ -425,10 +498,10 @@ def make_dqn_train(config: Config, log_fn=None):
             target_params = jax.lax.cond(
                 env_steps // config.target_network_frequency
                 > (env_steps - config.num_envs) // config.target_network_frequency,
-                lambda: optax.incremental_update(train_state.params, target_params, config.tau),
+                lambda: optax.incremental_update(train_state.params, target_params, hp["tau"]),
                 lambda: target_params,
             )
-            state = DQNState(train_state, target_params, buffer, env_state, next_obs, rng)
+            state = DQNState(train_state, target_params, buffer, env_state, next_obs, rng, hparams)
             episodes, reward_sum = episodes + info["episode_done"], reward_sum + reward
             return (state, episodes, reward_sum, learn_sums + learned), None
 
@@ -441,7 +514,7 @@ def make_dqn_train(config: Config, log_fn=None):
             metrics = {
                 "env_steps": (update + 1) * steps_per_update,
                 **episode_metrics(state.env_state, state_end.env_state, episodes, reward_sum, config.num_steps),
-                "epsilon": linear_epsilon(config, update * steps_per_update),
+                "epsilon": linear_epsilon(config, hp, update * steps_per_update),
                 "loss/td": loss_sum / count,  # NaN before learning starts
                 "q_value": q_sum / count,
                 # Checked by the host after each chunk: no sync here (loss/td is NaN by design before learning).
@@ -450,7 +523,7 @@ def make_dqn_train(config: Config, log_fn=None):
             if log_fn is not None:
                 jax.lax.cond(
                     (update + 1) % config.log_every == 0,
-                    lambda: jax.debug.callback(log_fn, seed_key, update, metrics),
+                    lambda: jax.debug.callback(log_fn, agent, update, metrics),
                     lambda: None,
                 )
             return state_end, metrics
@@ -464,7 +537,7 @@ def make_train(config: Config, log_fn=None):
     """Returns `train(rng) -> (learner, metrics)`, pure and jittable, for a resolved config; metrics have a
     leading update axis; the learner is the Q-table (tabular) or the final `DQNState`.
 
-    `log_fn(rng, update, metrics)`, if given, is called on the host every `log_every` updates (once per
+    `log_fn(agent, update, metrics)`, if given, is called on the host every `log_every` updates (once per
     agent when vmapped); it only reads values, so it cannot change the numbers a run produces.
     """
     init, run = make_train_parts(config, log_fn)
@@ -482,9 +555,10 @@ def num_iterations(config: Config) -> int:
 
 
 def make_train_parts(config: Config, log_fn=None):
-    """`train` in two pure, jittable parts for a resolved config: `init(rng) -> runner_state` and
-    `run(rng, runner_state, updates) -> (runner_state, metrics)`, which runs the updates numbered `updates` (a 1-D
-    array) in one `lax.scan`. Chunked training calls `run` on consecutive slices of `arange(num_updates)`: the
+    """`train` in two pure, jittable parts for a resolved config: `init(rng, hparams=None) -> runner_state`
+    (hparams: a dict of this agent's SWEEPABLE values; default the config's) and `run(agent, runner_state, updates)
+    -> (runner_state, metrics)`, which runs the updates numbered `updates` (a 1-D array) in one `lax.scan`; `agent`
+    only labels the calls of `log_fn`. Chunked training calls `run` on consecutive slices of `arange(num_updates)`: the
     same compiled scan body, so any chunking gives the numbers of one call over all of them, bit for bit
     (`train(rng)`, compiled as one fused program, agrees with them to float rounding)."""
     if config.agent == "tabular":
@@ -563,6 +637,11 @@ def validate(config: Config) -> str | None:
         return "--tau 0 would never update the target network"
     if any(size <= 0 for size in config.hidden_sizes):
         return f"--hidden-sizes must be positive integers, got {config.hidden_sizes}"
+    if config.num_devices is not None and config.num_devices <= 0:
+        return f"--num-devices must be a positive integer, got {config.num_devices}"
+    if not 0 <= config.process_id < config.num_processes:
+        return (f"--process-id {config.process_id} must lie in 0 to --num-processes - 1 "
+                f"({config.num_processes - 1})")
     try:
         env, env_params = envs.make(config.env)
         discrete = envs.is_discrete(env, env_params)
@@ -575,6 +654,15 @@ def validate(config: Config) -> str | None:
         return (f"--agent tabular needs a finite-state env (GridWorld-v0, FrozenLake-misc); {config.env} "
                 "has continuous observations: use --agent dqn or auto")
     config = resolve(config)
+    try:
+        points = sweep_points(config)
+    except ValueError as error:
+        return str(error)
+    if len(points) > 1:
+        for point in points:  # every value must be valid on its own
+            error = validate(Config(**{**asdict(config), **point, "sweep": ()}))
+            if error:
+                return f"--sweep {point_label(point)}: {error}"
     steps_per_update = config.num_envs * config.num_steps
     if config.total_timesteps < steps_per_update:
         return (f"--total-timesteps {config.total_timesteps} is smaller than one update "
@@ -610,8 +698,10 @@ class MetricsCsv:
     """<run dir>/metrics.csv, one row per update and agent, appended as each chunk ends: a killed run loses at
     most the chunk it was in. Rows go update by update, so any chunking writes the same file."""
 
-    def __init__(self, path, keys, keep_iterations=0):
+    def __init__(self, path, keys, keep_iterations=0, make_dir=False):
         self.path, self.keys = path, keys
+        if make_dir:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
         kept = []
         if keep_iterations and os.path.exists(path):
             # Resuming: rows past the checkpoint (written before a crash cut its save short) go, the rest stay as
@@ -631,49 +721,70 @@ class MetricsCsv:
 
 
 class Progress:
-    """Host side of the logging callback: gathers one update's metrics from every agent, then prints a line and
-    logs to wandb. Training never waits on it beyond the call itself."""
+    """Host side of the logging callback: gathers one update's metrics from every agent this process trains, then
+    prints a line (process 0) and logs each sweep point to its wandb run. Training never waits on it beyond the
+    call itself."""
 
-    def __init__(self, config: Config, seed_keys, wandb_run):
+    def __init__(self, config: Config, points, agents, wandb_runs):
         self.keys = METRIC_KEYS[config.agent]
-        self.seed_of = {tuple(np.asarray(k).tolist()): config.seed + i for i, k in enumerate(seed_keys)}
-        self.wandb_run = wandb_run
+        self.seed, self.num_seeds, self.points = config.seed, config.num_seeds, points
+        self.agents = set(agents)  # the agent indices this process trains
+        self.wandb_runs = wandb_runs  # one per sweep point, or None
         self.pending = {}
         self.lock = threading.Lock()
         self.start = time.perf_counter()
         self.start_steps = 0  # env steps per agent already done when `start` was taken (a resumed run)
 
-    def __call__(self, seed_key, update, metrics):
-        seed = self.seed_of[tuple(np.asarray(seed_key).tolist())]
-        update = int(update)
+    def __call__(self, agent, update, metrics):
+        agent, update = int(agent), int(update)
         with self.lock:
             got = self.pending.setdefault(update, {})
-            got[seed] = {k: float(v) for k, v in metrics.items()}
-            if len(got) < len(self.seed_of):
+            got[agent] = {k: float(v) for k, v in metrics.items()}
+            if len(got) < len(self.agents):
                 return
             del self.pending[update]
+        if jax.process_index() == 0:
             self._emit(update, got)
 
-    def _emit(self, update, by_seed):
-        seeds = sorted(by_seed)
-        returns = np.array([by_seed[s]["episode_return"] for s in seeds])
-        env_steps = int(by_seed[seeds[0]]["env_steps"])
-        sps = (env_steps - self.start_steps) * len(seeds) / (time.perf_counter() - self.start)
-        if np.all(np.isnan(returns)):
-            ret = "no episode ended"
-        else:
-            ret = (f"return mean {np.nanmean(returns):8.2f}  min {np.nanmin(returns):8.2f}  "
-                   f"max {np.nanmax(returns):8.2f}")
-        print(f"update {update + 1:6d}  env_steps {env_steps:10d}  sps {sps:10.0f}  {ret}", flush=True)
-        if self.wandb_run is not None:
-            log = {"sps": sps}
+    def _emit(self, update, by_agent):
+        agents = sorted(by_agent)
+        returns = np.array([by_agent[a]["episode_return"] for a in agents])
+        env_steps = int(by_agent[agents[0]]["env_steps"])
+        sps = (env_steps - self.start_steps) * len(agents) / (time.perf_counter() - self.start)
+        line = f"update {update + 1:6d}  env_steps {env_steps:10d}  sps {sps:10.0f}  {describe_returns(returns)}"
+        if len(self.points) > 1:
+            means = [nanmean([by_agent[a]["episode_return"] for a in agents if a // self.num_seeds == p])
+                     for p in range(len(self.points))]
+            line += "  by point: " + " ".join(f"{m:.1f}" for m in means)
+        if len(agents) < len(self.points) * self.num_seeds:
+            line += f"  ({len(agents)} agents of process 0)"
+        print(line, flush=True)
+        for p, wandb_run in enumerate(self.wandb_runs or []):
+            mine = [a for a in agents if a // self.num_seeds == p]
+            if wandb_run is None or not mine:
+                continue
+            log = {"sps": sps * len(mine) / len(agents)}
             for key in self.keys[1:]:
-                values = np.array([by_seed[s][key] for s in seeds])
-                log[f"{key}/mean"] = np.nanmean(values) if not np.all(np.isnan(values)) else np.nan
-            log["episode_return/min"] = np.nanmin(returns) if not np.all(np.isnan(returns)) else np.nan
-            log["episode_return/max"] = np.nanmax(returns) if not np.all(np.isnan(returns)) else np.nan
-            log.update({f"episode_return/seed_{s}": by_seed[s]["episode_return"] for s in seeds})
-            safe_wandb(self.wandb_run.log, log, step=env_steps)
+                log[f"{key}/mean"] = nanmean([by_agent[a][key] for a in mine])
+            point_returns = [by_agent[a]["episode_return"] for a in mine]
+            log["episode_return/min"] = np.nan if np.all(np.isnan(point_returns)) else np.nanmin(point_returns)
+            log["episode_return/max"] = np.nan if np.all(np.isnan(point_returns)) else np.nanmax(point_returns)
+            log.update({f"episode_return/seed_{self.seed + a % self.num_seeds}": by_agent[a]["episode_return"]
+                        for a in mine})
+            safe_wandb(wandb_run.log, log, step=env_steps)
+
+
+def nanmean(values):
+    """Mean of the non-NaN values; NaN (without a warning) if there are none."""
+    values = np.asarray(values, dtype=float)
+    return np.nan if np.all(np.isnan(values)) else float(np.nanmean(values))
+
+
+def describe_returns(returns):
+    if np.all(np.isnan(returns)):
+        return "no episode ended"
+    return (f"return mean {np.nanmean(returns):8.2f}  min {np.nanmin(returns):8.2f}  "
+            f"max {np.nanmax(returns):8.2f}")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -737,7 +848,7 @@ class Checkpoints:
 # Flags that change what is logged, not what is computed: they may differ on --resume and --eval.
 RUN_FLAGS = ("track", "wandb_project", "wandb_entity", "wandb_group", "out_dir", "run_name", "log_every",
              "profile", "keep_checkpoints", "resume", "eval", "seed_index", "eval_episodes",
-             "gif")
+             "gif", "num_devices", "coordinator_address", "num_processes", "process_id")
 
 
 def read_run_config(run_dir, flag) -> dict:
@@ -801,17 +912,129 @@ def nonfinite_message(seeds, first, flags, last_good):
             f"(metrics.csv's numbering); training stopped, {kept}. Lower --learning-rate")
 
 
-def stop_run(checkpoints, wandb_run, message, code):
+def stop_run(checkpoints, wandb_runs, message, code):
     """Ends a run before its last chunk: waits for the checkpoint being written, says why on stderr, exits."""
     checkpoints.close()
     print(message, file=sys.stderr)
-    if wandb_run is not None:
-        safe_wandb(wandb_run.finish, exit_code=1)
+    for wandb_run in wandb_runs or []:
+        if wandb_run is not None:
+            safe_wandb(wandb_run.finish, exit_code=1)
     sys.exit(code)
 
 
 def seed_keys(config: Config):
     return jnp.stack([jax.random.PRNGKey(config.seed + i) for i in range(config.num_seeds)])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Scale out: sweep points x seeds are the agents of one program, split over devices and processes.
+
+
+def sweep_points(config: Config) -> list[dict]:
+    """The grid of --sweep values for a resolved config, one dict {field: value} per point (one empty point without
+    --sweep); the last --sweep flag varies fastest. A bad spec raises ValueError with one line saying what to do."""
+    sweepable = SWEEPABLE[config.agent]
+    fields, grids = [], []
+    for spec in config.sweep:
+        name, sep, values = spec.partition("=")
+        name = SWEEP_ALIASES.get(name.strip().replace("-", "_"), name.strip().replace("-", "_"))
+        if not sep or not name or not values.strip():
+            raise ValueError(f"--sweep {spec!r} is malformed; write field=v1,v2,... (e.g. --sweep lr=0.1,0.5)")
+        if name in ("seed", "num_seeds"):
+            raise ValueError(f"--sweep {name}: seeds are vmapped already; use --seed and --num-seeds")
+        if name not in Config.__dataclass_fields__:
+            raise ValueError(f"--sweep {spec!r}: {algo_name(config)} has no field {name!r}; sweepable: "
+                             f"{', '.join(sweepable)}")
+        if name not in sweepable and any(name in agent_fields for agent_fields in SWEEPABLE.values()):
+            raise ValueError(f"--sweep {name}: the {config.agent} agent does not use it; sweepable for "
+                             f"{algo_name(config)}: {', '.join(sweepable)}")
+        if name not in sweepable:
+            raise ValueError(f"--sweep {name}: it changes array shapes or the compiled program, so one program "
+                             f"cannot vary it; run one job per value (sweepable: {', '.join(sweepable)})")
+        if name in fields:
+            raise ValueError(f"--sweep {name} is given twice; list all its values in one flag")
+        try:
+            parsed = [float(v) for v in values.split(",")]
+        except ValueError:
+            raise ValueError(f"--sweep {spec!r}: the values must be numbers separated by commas, "
+                             "e.g. --sweep lr=0.1,0.5") from None
+        if len(set(parsed)) < len(parsed):
+            raise ValueError(f"--sweep {spec!r} repeats a value")
+        fields.append(name)
+        grids.append(parsed)
+    return [dict(zip(fields, values, strict=True)) for values in itertools.product(*grids)]
+
+
+def point_label(point: dict) -> str:
+    """`learning_rate=0.1,gamma=0.9`: a sweep point's name, also its directory in the run directory."""
+    return ",".join(f"{k}={v:g}" for k, v in point.items())
+
+
+def agent_layout(config: Config, points):
+    """Agents point-major: agent p * num_seeds + s trains sweep point p with seed config.seed + s, so every point
+    sees the seeds a run without --sweep would. -> (keys, hparams {field: (agents,)}, names), numpy."""
+    keys = np.tile(np.asarray(seed_keys(config)), (len(points), 1))
+    hparams = {k: np.array([p.get(k, getattr(config, k)) for p in points for _ in range(config.num_seeds)],
+                           np.float32) for k in SWEEPABLE[config.agent]}
+    names = [str(config.seed + s) if len(points) == 1 else f"{config.seed + s} at {point_label(p)}"
+             for p in points for s in range(config.num_seeds)]
+    return keys, hparams, names
+
+
+def choose_devices(config: Config, num_agents: int) -> list:
+    """The devices the agents are split over: all of them (every process's), or --num-devices of them; without
+    --num-devices on one process, the most that divide the agents. A split that does not divide is refused."""
+    devices = jax.devices()
+    what = f"{num_agents} agents (--num-seeds x sweep points)"
+    if jax.process_count() > 1:
+        if config.num_devices not in (None, len(devices)) or num_agents % len(devices):
+            fail(f"{what} must split evenly over all {len(devices)} devices of the {jax.process_count()} "
+                 f"processes; use a multiple of {len(devices)} agents")
+        return devices
+    if config.num_devices is not None:
+        if config.num_devices > len(devices):
+            fail(f"--num-devices {config.num_devices}: this process sees {len(devices)} device(s)")
+        if num_agents % config.num_devices:
+            fail(f"{what} do not divide over --num-devices {config.num_devices}; use a divisor of {num_agents}")
+        return devices[:config.num_devices]
+    count = max(d for d in range(1, len(devices) + 1) if num_agents % d == 0)
+    if count < len(devices):
+        print(f"note: {what} do not divide over {len(devices)} devices; training on {count} "
+              "(--num-devices chooses)")
+    return devices[:count]
+
+
+def over_agents(fn, mesh, in_axes):
+    """jit(vmap(fn)) with the agent axis split over the mesh: each device runs the vmapped fn on its own agents
+    (shard_map), with no communication between devices; arguments with in_axes None are replicated."""
+    specs = tuple(PartitionSpec("agents") if a == 0 else PartitionSpec() for a in in_axes)
+    return jax.jit(jax.shard_map(jax.vmap(fn, in_axes=in_axes), mesh=mesh, in_specs=specs,
+                                 out_specs=PartitionSpec("agents"), check_vma=False))
+
+
+def to_agents(tree, sharding):
+    """Numpy arrays holding every agent's rows -> jax Arrays split over the agents' devices (each process places
+    only the rows of its own devices)."""
+    return jax.tree.map(lambda x: jax.make_array_from_callback(x.shape, sharding, lambda i: x[i]), tree)
+
+
+def init_agents(init, sharding, keys, hparams):
+    """jit(vmap(init)) on each of this process's devices for that device's agents, one device after the other,
+    assembled into arrays split over the agents. One after the other: XLA:CPU (jax 0.10.2) deadlocked running
+    the orthogonal initialiser's QR decompositions on two host devices at once (ppo.py; kept here alike)."""
+    jitted, shards = jax.jit(jax.vmap(init)), []
+    for device, index in sharding.addressable_devices_indices_map(keys.shape[:1]).items():
+        local = jax.device_put((keys[index], {k: v[index] for k, v in hparams.items()}), device)
+        shards.append(jax.block_until_ready(jitted(*local)))
+    return jax.tree.map(lambda *xs: jax.make_array_from_single_device_arrays(
+        (len(keys),) + xs[0].shape[1:], sharding, list(xs)), *shards)
+
+
+def gather(tree):
+    """Every agent's values as numpy on this host; with several processes a collective that all of them join."""
+    if jax.process_count() > 1:
+        return multihost_utils.process_allgather(tree, tiled=True)
+    return jax.device_get(tree)
 
 
 def evaluate_run(config: Config):
@@ -822,26 +1045,26 @@ def evaluate_run(config: Config):
     if episodes <= 0:
         fail(f"--eval-episodes must be a positive integer, got {episodes}")
     run_config = Config(**{**saved, "eval_episodes": episodes})
-    if config.seed_index is not None and not 0 <= config.seed_index < run_config.num_seeds:
-        fail(f"--seed-index {config.seed_index} is out of range: the run has {run_config.num_seeds} agents "
-             f"(indices 0 to {run_config.num_seeds - 1})")
+    keys, hparams, names = agent_layout(run_config, sweep_points(run_config))
+    if config.seed_index is not None and not 0 <= config.seed_index < len(keys):
+        fail(f"--seed-index {config.seed_index} is out of range: the run has {len(keys)} agents "
+             f"(indices 0 to {len(keys) - 1})")
     if config.gif is not None and not envs.can_draw(run_config.env):
         fail(f"--gif: gymnax cannot draw {run_config.env}; drop --gif, or evaluate a run on a classic-control, "
              "MinAtar or misc env")
-    keys = seed_keys(run_config)
     init, _ = make_train_parts(run_config)
-    abstract_runner = jax.eval_shape(jax.vmap(init), keys)
+    abstract_runner = jax.eval_shape(jax.vmap(init), keys, hparams)
     checkpoints = Checkpoints(config.eval)
     runner, _, done = checkpoints.restore(config.eval, "--eval", run_config, abstract_runner, False)
     checkpoints.close()
     eval_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
     learner = learner_of(run_config, runner)
     returns = np.asarray(jax.jit(jax.vmap(make_evaluate(run_config)))(eval_keys, learner))
-    indices = range(run_config.num_seeds) if config.seed_index is None else [config.seed_index]
+    indices = range(len(keys)) if config.seed_index is None else [config.seed_index]
     print(f"{algo_name(run_config)} on {run_config.env}, checkpoint after {done} updates: greedy policy, "
           f"{episodes} episodes per agent")
     for i in indices:
-        print(f"seed {run_config.seed + i} (index {i}): mean {returns[i].mean():.2f}  returns "
+        print(f"seed {names[i]} (index {i}): mean {returns[i].mean():.2f}  returns "
               + " ".join(f"{r:.1f}" for r in returns[i]))
     if len(indices) > 1:
         print(f"mean over agents: {returns.mean():.2f}")
@@ -850,7 +1073,7 @@ def evaluate_run(config: Config):
         agent = jax.tree.map(lambda x: x[index], learner)
         act = greedy_policy(run_config, agent)
         total, length = envs.record_episode(run_config.env, act, eval_keys[index], config.gif)
-        print(f"one episode of seed {run_config.seed + index} (index {index}): return {total:.1f} in {length} "
+        print(f"one episode of seed {names[index]} (index {index}): return {total:.1f} in {length} "
               f"steps, drawn to {config.gif}")
 
 
@@ -863,13 +1086,14 @@ def safe_wandb(fn, *args, **kwargs):
         return None
 
 
-def start_wandb(config: Config, run_name, run_dir):
+def start_wandb(config: Config, run_name, run_dir, group, values):
+    """A wandb run (one per sweep point, grouped by the sweep), its config holding the point's values."""
     try:
         import wandb
 
         return wandb.init(
-            project=config.wandb_project, entity=config.wandb_entity, group=config.wandb_group,
-            name=run_name, config=asdict(config), dir=run_dir,
+            project=config.wandb_project, entity=config.wandb_entity, group=group, name=run_name,
+            config={**asdict(config), **values}, dir=run_dir, reinit="create_new",
         )
     except Exception as error:  # noqa: BLE001
         print(f"warning: wandb could not start ({type(error).__name__}: {error}); "
@@ -955,6 +1179,36 @@ def to_json(x):
     return [None if np.isnan(v) else float(v) for v in x.ravel()]
 
 
+def write_point(point_dir, config: Config, seeds, metrics, eval_returns, q_tables, path_lengths, extra):
+    """learning_curve.png, summary.json and (tabular on GridWorld: `q_tables` and `path_lengths` given)
+    q_values.png of one sweep point (the whole run without --sweep) -> (the summary, the images written)."""
+    algo = algo_name(config)
+    images = [os.path.join(point_dir, "learning_curve.png")]
+    plot_learning_curve(images[0], metrics, f"{algo} on {config.env}")
+    env_steps = int(metrics["env_steps"][0, -1])
+    final = final_returns(metrics)
+    summary = {"algo": algo, "env": config.env, "num_seeds": config.num_seeds, "seeds": seeds,
+               "total_timesteps": config.total_timesteps, "env_steps": env_steps, **extra,
+               "final_return": to_json(final), "eval_return": to_json(eval_returns)}
+    if path_lengths is not None:
+        summary["greedy_path_length"] = [None if n < 0 else int(n) for n in path_lengths]
+        images.append(os.path.join(point_dir, "q_values.png"))
+        plot_q_grid(images[-1], envs.make(config.env)[0], q_tables,
+                    f"tabular Q on {config.env}, mean of {config.num_seeds} agents")
+    with open(os.path.join(point_dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # no episode ended in a short run: the mean is NaN
+        print(f"final return (last 10% of training): mean {np.nanmean(final):.2f}, per seed "
+              + " ".join(f"{r:.1f}" for r in final))
+    print(f"eval return (greedy policy):         mean {eval_returns.mean():.2f}, per seed "
+          + " ".join(f"{r:.1f}" for r in eval_returns))
+    if "greedy_path_length" in summary:
+        print("greedy path length from the start: "
+              + " ".join("-" if n is None else str(n) for n in summary["greedy_path_length"]))
+    return summary, images
+
+
 def main(config: Config):
     if config.eval is not None:
         evaluate_run(config)
@@ -966,116 +1220,149 @@ def main(config: Config):
         fail(error)
     config = resolve(config)
     algo = algo_name(config)
+    points = sweep_points(config)
+    keys, hparams, names = agent_layout(config, points)
+    mesh = Mesh(np.array(choose_devices(config, len(keys))), ("agents",))
+    sharding = NamedSharding(mesh, PartitionSpec("agents"))
+    lead = jax.process_index() == 0  # process 0 writes the run directory and wandb
     if config.resume is not None:
         run_dir = config.resume
         run_name = os.path.basename(os.path.normpath(run_dir))
     else:
-        run_name = config.run_name or f"{config.env}__{algo}__{config.seed}__{int(time.time())}"
+        stamp = int(time.time())
+        if jax.process_count() > 1:  # one name for every process
+            stamp = int(multihost_utils.broadcast_one_to_all(np.int32(stamp)))
+        run_name = config.run_name or f"{config.env}__{algo}__{config.seed}__{stamp}"
         run_dir = os.path.join(config.out_dir, run_name)
         if os.path.isdir(run_dir) and os.listdir(run_dir):
             fail(f"run directory {run_dir} exists and is not empty; choose another --run-name, or --resume it")
-        os.makedirs(run_dir, exist_ok=True)
-        with open(os.path.join(run_dir, "config.json"), "w") as f:
-            json.dump({"algo": algo, **asdict(config), "resume": None}, f, indent=2)
-    wandb_run = start_wandb(config, run_name, run_dir) if config.track else None
+        if jax.process_count() > 1:  # every process has checked before process 0 creates it
+            multihost_utils.sync_global_devices("run directory checked")
+        if lead:
+            os.makedirs(run_dir, exist_ok=True)
+            with open(os.path.join(run_dir, "config.json"), "w") as f:
+                json.dump({"algo": algo, **asdict(config), "resume": None}, f, indent=2)
+    sweep = len(points) > 1
+    point_dirs = [os.path.join(run_dir, point_label(p)) if sweep else run_dir for p in points]
+    wandb_runs = None
+    if config.track and lead:
+        wandb_runs = [start_wandb(config, f"{run_name}/{point_label(p)}" if sweep else run_name, run_dir,
+                                  group=(config.wandb_group or run_name) if sweep else config.wandb_group,
+                                  values=p) for p in points]
 
     seeds = [config.seed + i for i in range(config.num_seeds)]
-    keys = seed_keys(config)
     num_updates = num_iterations(config)
     chunk = num_updates // config.num_chunks
-    progress = Progress(config, keys, wandb_run)
+    local = [i for index in sharding.addressable_devices_indices_map(keys.shape[:1]).values()
+             for i in range(len(keys))[index[0]]]
+    progress = Progress(config, points, local, wandb_runs)
     init, run = make_train_parts(config, log_fn=progress)
-    init, run = jax.jit(jax.vmap(init)), jax.jit(jax.vmap(run, in_axes=(0, 0, None)))
+    run = over_agents(run, mesh, (0, 0, None))
+    agent_ids = to_agents(np.arange(len(keys), dtype=np.int32), sharding)
     # From here on Ctrl-C or SIGTERM (during compile too) stop the run where the running chunk ends, resumable.
     stop = StopRequest()
     try:
-        print(f"{algo} on {config.env}: {config.num_seeds} agents x {config.total_timesteps} steps "
-              f"({config.num_envs} envs each) in {config.num_chunks} chunk(s), run dir {run_dir}", flush=True)
+        if lead:
+            agents = f"{config.num_seeds} seeds x {len(points)} sweep points" if sweep else f"{len(keys)} agents"
+            print(f"{algo} on {config.env}: {agents} x {config.total_timesteps} steps ({config.num_envs} envs each) "
+                  f"in {config.num_chunks} chunk(s) on {mesh.devices.size} device(s), run dir {run_dir}", flush=True)
         checkpoints = Checkpoints(run_dir, config.keep_checkpoints)
         done, history = 0, None
         t0 = time.perf_counter()
         if config.resume is not None:
-            abstract_runner = jax.eval_shape(init, keys)
+            abstract_runner = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
+                                           jax.eval_shape(jax.vmap(init), keys, hparams))
             runner, history, done = checkpoints.restore(run_dir, "--resume", config, abstract_runner, True)
-            print(f"resuming after update {done} of {num_updates}")
+            if lead:
+                print(f"resuming after update {done} of {num_updates}")
         else:
-            runner = init(keys)
-        compiled = run.lower(keys, runner, jnp.arange(chunk)).compile()
+            runner = init_agents(init, sharding, keys, hparams)
+        compiled = run.lower(agent_ids, runner, jnp.arange(chunk)).compile()
         compile_s = time.perf_counter() - t0
-        print(f"compiled in {compile_s:.1f} s")
-        metric_keys = METRIC_KEYS[config.agent]
-        metrics_csv = MetricsCsv(os.path.join(run_dir, "metrics.csv"), metric_keys, keep_iterations=done)
+        if lead:
+            print(f"compiled in {compile_s:.1f} s")
+            metric_keys = METRIC_KEYS[config.agent]
+            metrics_csvs = [MetricsCsv(os.path.join(d, "metrics.csv"), metric_keys, keep_iterations=done,
+                                       make_dir=sweep) for d in point_dirs]
         profile_dir = os.path.join(run_dir, "profile")
         progress.start, progress.start_steps = time.perf_counter(), done * config.num_envs * config.num_steps
         for start in range(done, num_updates, chunk):
-            traced = config.profile and start == done
+            traced = config.profile and start == done and lead
             with jax.profiler.trace(profile_dir, create_perfetto_trace=True) if traced else nullcontext():
-                runner, metrics = compiled(keys, runner, start + jnp.arange(chunk))
-                metrics = jax.device_get(metrics)
+                runner, metrics = compiled(agent_ids, runner, start + jnp.arange(chunk))
+                metrics = gather(metrics)
             jax.effects_barrier()  # the chunk's progress lines are out before anything below
-            metrics_csv.append(seeds, start, metrics)
+            if lead:
+                for p, metrics_csv in enumerate(metrics_csvs):
+                    part = slice(p * config.num_seeds, (p + 1) * config.num_seeds)
+                    metrics_csv.append(seeds, start, {k: v[part] for k, v in metrics.items()})
             if metrics["nonfinite"].any():
-                stop_run(checkpoints, wandb_run, nonfinite_message(seeds, start, metrics["nonfinite"], start), 1)
+                stop_run(checkpoints, wandb_runs, nonfinite_message(names, start, metrics["nonfinite"], start), 1)
             history = metrics if history is None else jax.tree.map(
                 lambda a, b: np.concatenate([a, b], axis=1), history, metrics)
             checkpoints.save(start + chunk, runner, history, config)
-            if stop.signal is not None and start + chunk < num_updates:
-                message = (f"{stop.signal.name}: stopped after update {start + chunk} of {num_updates}, metrics and "
-                           f"checkpoint written; continue with: python dqn_tabular_q.py --resume {run_dir}")
-                stop_run(checkpoints, wandb_run, message, 128 + stop.signal)
+            signum = stop.signal or 0
+            if jax.process_count() > 1:  # a signal to any process stops them all
+                signum = int(np.max(multihost_utils.process_allgather(np.int32(signum))))
+            if signum and start + chunk < num_updates:
+                message = (f"{signal.Signals(signum).name}: stopped after update {start + chunk} of {num_updates}, "
+                           f"metrics and checkpoint written; continue with: python dqn_tabular_q.py --resume "
+                           f"{run_dir}")
+                stop_run(checkpoints, wandb_runs, message, 128 + signum)
     finally:
         stop.restore()
     train_s = time.perf_counter() - progress.start
     checkpoints.close()
-    if config.profile:
+    if config.profile and lead:
         print(f"profiler trace in {profile_dir}: open its *.trace.json.gz at https://ui.perfetto.dev "
               "(the trace adds overhead to train_s)")
 
     learner = learner_of(config, runner)
-    eval_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
-    eval_returns = np.asarray(jax.jit(jax.vmap(make_evaluate(config)))(eval_keys, learner)).mean(axis=1)
-
-    metrics = history
-    images = [os.path.join(run_dir, "learning_curve.png")]
-    plot_learning_curve(images[0], metrics, f"{algo} on {config.env}")
-    env_steps = int(metrics["env_steps"][0, -1])
-    final = final_returns(metrics)
-    summary = {
-        "algo": algo,
-        "env": config.env,
-        "num_seeds": config.num_seeds,
-        "seeds": seeds,
-        "total_timesteps": config.total_timesteps,
-        "env_steps": env_steps,
-        "resumed_after_update": done if config.resume is not None else None,
-        "compile_s": compile_s,
-        "train_s": train_s,
-        "sps": (env_steps - progress.start_steps) * config.num_seeds / train_s,
-        "final_return": to_json(final),
-        "eval_return": to_json(eval_returns),
-    }
+    eval_keys = to_agents(np.asarray(jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)), sharding)
+    eval_returns = gather(over_agents(make_evaluate(config), mesh, (0, 0))(eval_keys, learner)).mean(axis=1)
+    q_tables = path_lengths = None
     base_env, base_params = envs.make(config.env)
     if config.agent == "tabular" and isinstance(base_env, GridWorld):
-        lengths = jax.jit(jax.vmap(lambda q: greedy_path_length(base_env, base_params, q)))(learner)
-        summary["greedy_path_length"] = [None if n < 0 else int(n) for n in np.asarray(lengths)]
-        images.append(os.path.join(run_dir, "q_values.png"))
-        plot_q_grid(images[-1], base_env, learner, f"tabular Q on {config.env}, mean of {config.num_seeds} agents")
-    with open(os.path.join(run_dir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
-    print(f"\n{'=' * 72}\n{algo} on {config.env}: {config.num_seeds} agents, {env_steps} env steps each")
-    print(f"compile {compile_s:.1f} s, train {train_s:.1f} s, {summary['sps']:.0f} env steps/s over all agents")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # no episode ended in a short run: the mean is NaN
-        print(f"final return (last 10% of training): mean {np.nanmean(final):.2f}, per seed "
-              + " ".join(f"{r:.1f}" for r in final))
-    print(f"eval return (greedy policy):         mean {eval_returns.mean():.2f}, per seed "
-          + " ".join(f"{r:.1f}" for r in eval_returns))
-    if "greedy_path_length" in summary:
-        print("greedy path length from the start: "
-              + " ".join("-" if n is None else str(n) for n in summary["greedy_path_length"]))
+        q_tables = gather(learner)
+        path_lengths = gather(over_agents(lambda q: greedy_path_length(base_env, base_params, q), mesh, (0,))(
+            learner))
+    if not lead:
+        return
+    env_steps = int(history["env_steps"][0, -1])
+    sps = (env_steps - progress.start_steps) * len(keys) / train_s
+    extra = {"resumed_after_update": done if config.resume is not None else None, "compile_s": compile_s,
+             "train_s": train_s, "sps": sps, "num_devices": int(mesh.devices.size),
+             "num_processes": jax.process_count()}
+    print(f"\n{'=' * 72}\n{algo} on {config.env}: {len(keys)} agents, {env_steps} env steps each")
+    print(f"compile {compile_s:.1f} s, train {train_s:.1f} s, {sps:.0f} env steps/s over all agents")
+    summaries, images = [], []
+    for p, point in enumerate(points):
+        if sweep:
+            print(f"-- point {p}: {point_label(point)}")
+        part = slice(p * config.num_seeds, (p + 1) * config.num_seeds)
+        summary, point_images = write_point(
+            point_dirs[p], config, seeds, {k: v[part] for k, v in history.items()}, eval_returns[part],
+            None if q_tables is None else q_tables[part], None if path_lengths is None else path_lengths[part],
+            {**extra, "sweep_point": point or None})
+        summaries.append(summary)
+        images.append(point_images)
+    if sweep:
+        ranking = sorted(range(len(points)), key=lambda p: -np.nan_to_num(nanmean(summaries[p]["final_return"]),
+                                                                            nan=-np.inf))
+        summary = {"algo": algo, "env": config.env, "sweep": list(config.sweep), **extra,
+                   "ranking": [{"rank": r + 1, "point": point_label(points[p]), "values": points[p],
+                                "final_return_mean": nanmean(summaries[p]["final_return"]),
+                                "eval_return_mean": nanmean(summaries[p]["eval_return"]),
+                                "dir": point_label(points[p])} for r, p in enumerate(ranking)]}
+        with open(os.path.join(run_dir, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=2)
+        print("ranking by final return: " + "; ".join(
+            f"{e['rank']}. {e['point']} ({e['final_return_mean']:.1f})" for e in summary["ranking"]))
     print(f"written to {run_dir}\n{'=' * 72}")
-    if wandb_run is not None:
-        finish_wandb(wandb_run, summary, images)
+    for wandb_run, point_summary, point_images in zip(wandb_runs or [None] * len(points), summaries, images,
+                                                      strict=True):
+        if wandb_run is not None:
+            finish_wandb(wandb_run, point_summary, point_images)
 
 
 if __name__ == "__main__":

@@ -4,18 +4,24 @@ The whole training run (rollout, advantages, update epochs) is one `lax.scan` in
 `jax.vmap` trains `--num-seeds` agents at once in the same compiled program:
 
     python ppo.py --env CartPole-v1 --num-seeds 30
+    python ppo.py --num-seeds 8 --sweep lr=1e-3,3e-4 --sweep ent_coef=0,0.01   # 4 x 8 agents, one program
 
+The agents are split over every device (`--num-devices`), and over processes with `--coordinator-address`.
 Writes `<out-dir>/<run-name>/`: config.json, metrics.csv (one row per update and seed), learning_curve.png
 and summary.json; with `--track`, a wandb run as well.
 """
 
 import os
 
-# XLA:CPU in jax 0.10 can hang on vmapped training with the concurrency-optimised scheduler (see README).
-if "XLA_FLAGS" not in os.environ:
-    os.environ["XLA_FLAGS"] = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+# XLA:CPU in jax 0.10 can hang on vmapped training with the concurrency-optimised scheduler (see README); added to
+# any XLA_FLAGS the user sets (e.g. --xla_force_host_platform_device_count=N for N CPU devices).
+if "concurrency_optimized_scheduler" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = " ".join(
+        [os.environ.get("XLA_FLAGS", ""), "--xla_cpu_enable_concurrency_optimized_scheduler=false"]).strip()
 
+import argparse
 import csv
+import itertools
 import json
 import signal
 import sys
@@ -35,8 +41,32 @@ import optax
 import orbax.checkpoint as ocp
 import tyro
 from flax.training.train_state import TrainState
+from jax.experimental import multihost_utils
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-import envs
+
+def start_processes(argv):
+    """A multi-process run (--coordinator-address, --num-processes, --process-id; every process gets the same
+    flags but its own id) starts JAX's distributed runtime here, before `import envs`: it must come before anything
+    creates a JAX backend, and importing gymnax does. Only these three flags are read here; tyro reads them all."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--coordinator-address", "--coordinator_address", default=None)
+    parser.add_argument("--num-processes", "--num_processes", type=int, default=1)
+    parser.add_argument("--process-id", "--process_id", type=int, default=0)
+    flags, _ = parser.parse_known_args(argv)
+    if flags.num_processes == 1 and flags.coordinator_address is None:
+        return
+    if flags.coordinator_address is None or not 0 <= flags.process_id < flags.num_processes:
+        print(f"error: a multi-process run needs --coordinator-address host:port and --process-id in 0 to "
+              f"{flags.num_processes - 1}", file=sys.stderr)
+        sys.exit(2)
+    jax.distributed.initialize(flags.coordinator_address, flags.num_processes, flags.process_id)
+
+
+if __name__ == "__main__":
+    start_processes(sys.argv[1:])
+
+import envs  # noqa: E402 - after start_processes, see there
 
 
 @dataclass(frozen=True)
@@ -118,6 +148,18 @@ class Config:
     gif: str | None = None
     """with --eval: also write one episode of the agent at --seed-index (default 0) to this path as an animated gif
     (envs gymnax can draw: classic control, MinAtar, bsuite Catch, misc)"""
+    # scale out: sweeps, devices and processes
+    sweep: tyro.conf.UseAppendAction[tuple[str, ...]] = ()
+    """field=v1,v2,...: train every value x every seed in one compiled program; repeat the flag for a grid
+    (fields: learning_rate or lr, max_grad_norm, gamma, gae_lambda, clip_coef, ent_coef, vf_coef)"""
+    num_devices: int | None = None
+    """shard the agents over this many devices (default: as many as there are, or the most that divide the agents)"""
+    coordinator_address: str | None = None
+    """host:port of process 0 for a multi-process run (jax.distributed); every process gets the same flags"""
+    num_processes: int = 1
+    """processes of a multi-process run (one per host, or per GPU)"""
+    process_id: int = 0
+    """this process's index, 0 to --num-processes - 1; process 0 writes the run directory and wandb"""
 
 
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
@@ -170,6 +212,12 @@ class RunnerState(NamedTuple):
     env_state: object
     obs: jax.Array
     rng: jax.Array
+    hparams: dict  # this agent's values of the SWEEPABLE fields, as arrays (a sweep gives each agent its own)
+
+
+# Config fields that enter the jitted code as arrays, one value per agent: --sweep may vary them in one program.
+SWEEPABLE = ("learning_rate", "max_grad_norm", "gamma", "gae_lambda", "clip_coef", "ent_coef", "vf_coef")
+SWEEP_ALIASES = {"lr": "learning_rate"}
 
 
 def calculate_gae(rewards, values, next_values, terminated, dones, gamma, gae_lambda):
@@ -221,7 +269,7 @@ def make_networks(config: Config, env, env_params):
 def make_train(config: Config, log_fn=None):
     """Returns `train(rng) -> (runner_state, metrics)`, pure and jittable; metrics have a leading update axis.
 
-    `log_fn(rng, update, metrics)`, if given, is called on the host every `log_every` updates (once per
+    `log_fn(agent, update, metrics)`, if given, is called on the host every `log_every` updates (once per
     agent when vmapped); it only reads values, so it cannot change the numbers a run produces.
     """
     init, run = make_train_parts(config, log_fn)
@@ -237,10 +285,16 @@ def num_iterations(config: Config) -> int:
     return config.total_timesteps // (config.num_envs * config.num_steps)
 
 
+def default_hparams(config: Config) -> dict:
+    """The SWEEPABLE fields of `config`, as float32 arrays: an agent's hyperparameters when no sweep sets them."""
+    return {k: jnp.float32(getattr(config, k)) for k in SWEEPABLE}
+
+
 def make_train_parts(config: Config, log_fn=None):
-    """`train` in two pure, jittable parts: `init(rng) -> runner_state` and
-    `run(rng, runner_state, updates) -> (runner_state, metrics)`, which runs the updates numbered `updates` (a 1-D
-    array) in one `lax.scan`. Chunked training calls `run` on consecutive slices of `arange(num_updates)`: the
+    """`train` in two pure, jittable parts: `init(rng, hparams=None) -> runner_state` (hparams: a dict of this
+    agent's SWEEPABLE values; default the config's) and `run(agent, runner_state, updates) -> (runner_state,
+    metrics)`, which runs the updates numbered `updates` (a 1-D array) in one `lax.scan`; `agent` only labels the
+    calls of `log_fn`. Chunked training calls `run` on consecutive slices of `arange(num_updates)`: the
     same compiled scan body, so any chunking gives the numbers of one call over all of them, bit for bit
     (`train(rng)`, compiled as one fused program, agrees with them to float rounding)."""
     batch_size = config.num_envs * config.num_steps
@@ -252,23 +306,35 @@ def make_train_parts(config: Config, log_fn=None):
         env, env_params = envs.make_vec(
             config.env, config.num_envs, normalize_obs=True, normalize_reward=True, gamma=config.gamma
         )
-    lr = config.learning_rate
+    anneal = optax.identity()
     if config.anneal_lr:
-        lr = optax.linear_schedule(lr, 0.0, num_updates * config.update_epochs * config.num_minibatches)
-    # optax.flatten runs the optimizer on one flat vector: a few large ops per step instead of a few per
-    # parameter array (the per-op cost dominates on CPU).
-    tx = optax.flatten(optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(lr, eps=1e-5)))
+        anneal = optax.scale_by_schedule(
+            optax.linear_schedule(1.0, 0.0, num_updates * config.update_epochs * config.num_minibatches))
 
-    def init(rng):
+    def make_optimizer(learning_rate, max_grad_norm):
+        return optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.adam(learning_rate, eps=1e-5), anneal)
+
+    # inject_hyperparams keeps learning rate and clip norm in the optimizer state, as arrays: each agent of a sweep
+    # carries its own. optax.flatten runs the optimizer on one flat vector: a few large ops per step instead of a
+    # few per parameter array (the per-op cost dominates on CPU).
+    tx = optax.flatten(optax.inject_hyperparams(make_optimizer)(
+        learning_rate=config.learning_rate, max_grad_norm=config.max_grad_norm))
+
+    def init(rng, hparams=None):
+        hparams = default_hparams(config) if hparams is None else hparams
         rng, key_actor, key_critic, key_reset = jax.random.split(rng, 4)
         obs, env_state = env.reset(key_reset, env_params)
         params = {"actor": actor.init(key_actor, obs[0]), "critic": critic.init(key_critic, obs[0])}
         train_state = TrainState.create(apply_fn=None, params=params, tx=tx)
-        return RunnerState(train_state, env_state, obs, rng)
+        opt_state = train_state.opt_state
+        injected = {k: jnp.asarray(hparams[k], jnp.float32) for k in opt_state.hyperparams}
+        train_state = train_state.replace(opt_state=opt_state._replace(hyperparams=injected))
+        return RunnerState(train_state, env_state, obs, rng, hparams)
 
-    def run(seed_key, runner, updates):
+    def run(agent, runner, updates):
+        hp = runner.hparams  # this agent's hyperparameters (arrays, constant over training)
         def _env_step(runner, noise):
-            train_state, env_state, obs, rng = runner
+            train_state, env_state, obs, rng, hparams = runner
             action_noise, env_keys = noise
             pi = actor.apply(train_state.params["actor"], obs)
             action = sample_with_noise(pi, action_noise)
@@ -279,7 +345,7 @@ def make_train_parts(config: Config, log_fn=None):
                 obs, action, reward, terminated.astype(jnp.float32), info["episode_done"].astype(jnp.float32),
                 info["final_observation"], info["episode_return"], info["episode_length"],
             )
-            return RunnerState(train_state, env_state, next_obs, rng), transition
+            return RunnerState(train_state, env_state, next_obs, rng, hparams), transition
 
         def _loss_fn(params, batch):
             obs, action, old_log_prob, old_value, advantage, target = batch
@@ -289,18 +355,18 @@ def make_train_parts(config: Config, log_fn=None):
             advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
             log_ratio = log_prob - old_log_prob
             ratio = jnp.exp(log_ratio)
-            clipped_ratio = jnp.clip(ratio, 1.0 - config.clip_coef, 1.0 + config.clip_coef)
+            clipped_ratio = jnp.clip(ratio, 1.0 - hp["clip_coef"], 1.0 + hp["clip_coef"])
             actor_loss = -jnp.minimum(ratio * advantage, clipped_ratio * advantage).mean()
-            value_clipped = old_value + jnp.clip(value - old_value, -config.clip_coef, config.clip_coef)
+            value_clipped = old_value + jnp.clip(value - old_value, -hp["clip_coef"], hp["clip_coef"])
             critic_loss = 0.5 * jnp.maximum((value - target) ** 2, (value_clipped - target) ** 2).mean()
             entropy = pi.entropy().mean()
-            loss = actor_loss + config.vf_coef * critic_loss - config.ent_coef * entropy
+            loss = actor_loss + hp["vf_coef"] * critic_loss - hp["ent_coef"] * entropy
             stats = {
                 "loss/actor": actor_loss,
                 "loss/critic": critic_loss,
                 "entropy": entropy,
                 "approx_kl": ((ratio - 1.0) - log_ratio).mean(),  # Schulman's low-variance KL estimator
-                "clip_frac": (jnp.abs(ratio - 1.0) > config.clip_coef).mean(),
+                "clip_frac": (jnp.abs(ratio - 1.0) > hp["clip_coef"]).mean(),
             }
             return loss, stats
 
@@ -327,7 +393,7 @@ def make_train_parts(config: Config, log_fn=None):
                 jax.random.split(key_env, (config.num_steps, config.num_envs)),
             )
             runner, traj = jax.lax.scan(_env_step, runner._replace(rng=rng), noise)
-            train_state, env_state, obs, rng = runner
+            train_state, env_state, obs, rng, hparams = runner
             # Values, next values and old log-probs in one batched pass each, outside the rollout scan:
             # fewer, larger ops than evaluating them step by step.
             params = train_state.params
@@ -335,7 +401,7 @@ def make_train_parts(config: Config, log_fn=None):
             next_values = critic.apply(params["critic"], traj.next_obs)
             log_probs = actor.apply(params["actor"], traj.obs).log_prob(traj.action)
             advantages, targets = calculate_gae(
-                traj.reward, values, next_values, traj.terminated, traj.done, config.gamma, config.gae_lambda
+                traj.reward, values, next_values, traj.terminated, traj.done, hp["gamma"], hp["gae_lambda"]
             )
             batch = (traj.obs, traj.action, log_probs, values, advantages, targets)
             batch = jax.tree.map(lambda x: x.reshape((batch_size,) + x.shape[2:]), batch)
@@ -356,10 +422,10 @@ def make_train_parts(config: Config, log_fn=None):
             if log_fn is not None:
                 jax.lax.cond(
                     (update + 1) % config.log_every == 0,
-                    lambda: jax.debug.callback(log_fn, seed_key, update, metrics),
+                    lambda: jax.debug.callback(log_fn, agent, update, metrics),
                     lambda: None,
                 )
-            return RunnerState(train_state, env_state, obs, rng), metrics
+            return RunnerState(train_state, env_state, obs, rng, hparams), metrics
 
         return jax.lax.scan(_update_step, runner, updates)
 
@@ -409,13 +475,30 @@ def validate(config: Config) -> str | None:
         return "--gamma and --gae-lambda must lie in [0, 1]"
     if config.clip_coef <= 0 or config.max_grad_norm <= 0:
         return "--clip-coef and --max-grad-norm must be positive"
+    if config.num_devices is not None and config.num_devices <= 0:
+        return f"--num-devices must be a positive integer, got {config.num_devices}"
+    if not 0 <= config.process_id < config.num_processes:
+        return (f"--process-id {config.process_id} must lie in 0 to --num-processes - 1 "
+                f"({config.num_processes - 1})")
     if config.activation not in ACTIVATIONS:
         return f"--activation {config.activation!r} is unknown; use one of {', '.join(ACTIVATIONS)}"
     try:
         env, env_params = envs.make(config.env)
-        envs.is_discrete(env, env_params)
+        discrete = envs.is_discrete(env, env_params)
     except ValueError as error:
         return f"--env: {error}"
+    try:
+        points = sweep_points(config)
+    except ValueError as error:
+        return str(error)
+    if len(points) > 1:
+        if "gamma" in points[0] and use_normalization(config, discrete):
+            return ("--sweep gamma: the reward normaliser (--normalize) is built with one gamma; sweep gamma with "
+                    "--normalize off, or run one job per value")
+        for point in points:  # every value must be valid on its own
+            error = validate(Config(**{**asdict(config), **point, "sweep": ()}))
+            if error:
+                return f"--sweep {point_label(point)}: {error}"
     batch_size = config.num_envs * config.num_steps
     if batch_size % config.num_minibatches:
         return (f"--num-minibatches {config.num_minibatches} does not divide the batch "
@@ -439,8 +522,10 @@ class MetricsCsv:
     """<run dir>/metrics.csv, one row per update and agent, appended as each chunk ends: a killed run loses at
     most the chunk it was in. Rows go update by update, so any chunking writes the same file."""
 
-    def __init__(self, path, keep_iterations=0):
+    def __init__(self, path, keep_iterations=0, make_dir=False):
         self.path = path
+        if make_dir:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
         kept = []
         if keep_iterations and os.path.exists(path):
             # Resuming: rows past the checkpoint (written before a crash cut its save short) go, the rest stay as
@@ -460,49 +545,69 @@ class MetricsCsv:
 
 
 class Progress:
-    """Host side of the logging callback: gathers one update's metrics from every agent, then prints a line and
-    logs to wandb. Training never waits on it beyond the call itself."""
+    """Host side of the logging callback: gathers one update's metrics from every agent this process trains, then
+    prints a line (process 0) and logs each sweep point to its wandb run. Training never waits on it beyond the
+    call itself."""
 
-    def __init__(self, config: Config, seed_keys, wandb_run):
-        self.config = config
-        self.seed_of = {tuple(np.asarray(k).tolist()): config.seed + i for i, k in enumerate(seed_keys)}
-        self.wandb_run = wandb_run
+    def __init__(self, config: Config, points, agents, wandb_runs):
+        self.seed, self.num_seeds, self.points = config.seed, config.num_seeds, points
+        self.agents = set(agents)  # the agent indices this process trains
+        self.wandb_runs = wandb_runs  # one per sweep point, or None
         self.pending = {}
         self.lock = threading.Lock()
         self.start = time.perf_counter()
         self.start_steps = 0  # env steps per agent already done when `start` was taken (a resumed run)
 
-    def __call__(self, seed_key, update, metrics):
-        seed = self.seed_of[tuple(np.asarray(seed_key).tolist())]
-        update = int(update)
+    def __call__(self, agent, update, metrics):
+        agent, update = int(agent), int(update)
         with self.lock:
             got = self.pending.setdefault(update, {})
-            got[seed] = {k: float(v) for k, v in metrics.items()}
-            if len(got) < len(self.seed_of):
+            got[agent] = {k: float(v) for k, v in metrics.items()}
+            if len(got) < len(self.agents):
                 return
             del self.pending[update]
+        if jax.process_index() == 0:
             self._emit(update, got)
 
-    def _emit(self, update, by_seed):
-        seeds = sorted(by_seed)
-        returns = np.array([by_seed[s]["episode_return"] for s in seeds])
-        env_steps = int(by_seed[seeds[0]]["env_steps"])
-        sps = (env_steps - self.start_steps) * len(seeds) / (time.perf_counter() - self.start)
-        if np.all(np.isnan(returns)):
-            ret = "no episode ended"
-        else:
-            ret = (f"return mean {np.nanmean(returns):8.2f}  min {np.nanmin(returns):8.2f}  "
-                   f"max {np.nanmax(returns):8.2f}")
-        print(f"update {update + 1:6d}  env_steps {env_steps:10d}  sps {sps:10.0f}  {ret}", flush=True)
-        if self.wandb_run is not None:
-            log = {"sps": sps}
+    def _emit(self, update, by_agent):
+        agents = sorted(by_agent)
+        returns = np.array([by_agent[a]["episode_return"] for a in agents])
+        env_steps = int(by_agent[agents[0]]["env_steps"])
+        sps = (env_steps - self.start_steps) * len(agents) / (time.perf_counter() - self.start)
+        line = f"update {update + 1:6d}  env_steps {env_steps:10d}  sps {sps:10.0f}  {describe_returns(returns)}"
+        if len(self.points) > 1:
+            means = [nanmean([by_agent[a]["episode_return"] for a in agents if a // self.num_seeds == p])
+                     for p in range(len(self.points))]
+            line += "  by point: " + " ".join(f"{m:.1f}" for m in means)
+        if len(agents) < len(self.points) * self.num_seeds:
+            line += f"  ({len(agents)} agents of process 0)"
+        print(line, flush=True)
+        for p, wandb_run in enumerate(self.wandb_runs or []):
+            mine = [a for a in agents if a // self.num_seeds == p]
+            if wandb_run is None or not mine:
+                continue
+            log = {"sps": sps * len(mine) / len(agents)}
             for key in METRIC_KEYS[1:]:
-                values = np.array([by_seed[s][key] for s in seeds])
-                log[f"{key}/mean"] = np.nanmean(values) if not np.all(np.isnan(values)) else np.nan
-            log["episode_return/min"] = np.nanmin(returns) if not np.all(np.isnan(returns)) else np.nan
-            log["episode_return/max"] = np.nanmax(returns) if not np.all(np.isnan(returns)) else np.nan
-            log.update({f"episode_return/seed_{s}": by_seed[s]["episode_return"] for s in seeds})
-            safe_wandb(self.wandb_run.log, log, step=env_steps)
+                log[f"{key}/mean"] = nanmean([by_agent[a][key] for a in mine])
+            point_returns = [by_agent[a]["episode_return"] for a in mine]
+            log["episode_return/min"] = np.nan if np.all(np.isnan(point_returns)) else np.nanmin(point_returns)
+            log["episode_return/max"] = np.nan if np.all(np.isnan(point_returns)) else np.nanmax(point_returns)
+            log.update({f"episode_return/seed_{self.seed + a % self.num_seeds}": by_agent[a]["episode_return"]
+                        for a in mine})
+            safe_wandb(wandb_run.log, log, step=env_steps)
+
+
+def nanmean(values):
+    """Mean of the non-NaN values; NaN (without a warning) if there are none."""
+    values = np.asarray(values, dtype=float)
+    return np.nan if np.all(np.isnan(values)) else float(np.nanmean(values))
+
+
+def describe_returns(returns):
+    if np.all(np.isnan(returns)):
+        return "no episode ended"
+    return (f"return mean {np.nanmean(returns):8.2f}  min {np.nanmin(returns):8.2f}  "
+            f"max {np.nanmax(returns):8.2f}")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -566,7 +671,7 @@ class Checkpoints:
 # Flags that change what is logged, not what is computed: they may differ on --resume and --eval.
 RUN_FLAGS = ("track", "wandb_project", "wandb_entity", "wandb_group", "out_dir", "run_name", "log_every",
              "profile", "keep_checkpoints", "resume", "eval", "seed_index", "eval_episodes",
-             "gif")
+             "gif", "num_devices", "coordinator_address", "num_processes", "process_id")
 
 
 def read_run_config(run_dir, flag) -> dict:
@@ -628,17 +733,124 @@ def nonfinite_message(seeds, first, flags, last_good):
             f"(metrics.csv's numbering); training stopped, {kept}. Lower --learning-rate or --max-grad-norm")
 
 
-def stop_run(checkpoints, wandb_run, message, code):
+def stop_run(checkpoints, wandb_runs, message, code):
     """Ends a run before its last chunk: waits for the checkpoint being written, says why on stderr, exits."""
     checkpoints.close()
     print(message, file=sys.stderr)
-    if wandb_run is not None:
-        safe_wandb(wandb_run.finish, exit_code=1)
+    for wandb_run in wandb_runs or []:
+        if wandb_run is not None:
+            safe_wandb(wandb_run.finish, exit_code=1)
     sys.exit(code)
 
 
 def seed_keys(config: Config):
     return jnp.stack([jax.random.PRNGKey(config.seed + i) for i in range(config.num_seeds)])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Scale out: sweep points x seeds are the agents of one program, split over devices and processes.
+
+
+def sweep_points(config: Config) -> list[dict]:
+    """The grid of --sweep values, one dict {field: value} per point (one empty point without --sweep); the last
+    --sweep flag varies fastest. A bad spec raises ValueError with one line saying what to do."""
+    fields, grids = [], []
+    for spec in config.sweep:
+        name, sep, values = spec.partition("=")
+        name = SWEEP_ALIASES.get(name.strip().replace("-", "_"), name.strip().replace("-", "_"))
+        if not sep or not name or not values.strip():
+            raise ValueError(f"--sweep {spec!r} is malformed; write field=v1,v2,... (e.g. --sweep lr=1e-3,3e-4)")
+        if name in ("seed", "num_seeds"):
+            raise ValueError(f"--sweep {name}: seeds are vmapped already; use --seed and --num-seeds")
+        if name not in Config.__dataclass_fields__:
+            raise ValueError(f"--sweep {spec!r}: ppo has no field {name!r}; sweepable: {', '.join(SWEEPABLE)}")
+        if name not in SWEEPABLE:
+            raise ValueError(f"--sweep {name}: it changes array shapes or the compiled program, so one program "
+                             f"cannot vary it; run one job per value (sweepable: {', '.join(SWEEPABLE)})")
+        if name in fields:
+            raise ValueError(f"--sweep {name} is given twice; list all its values in one flag")
+        try:
+            parsed = [float(v) for v in values.split(",")]
+        except ValueError:
+            raise ValueError(f"--sweep {spec!r}: the values must be numbers separated by commas, "
+                             "e.g. --sweep lr=1e-3,3e-4") from None
+        if len(set(parsed)) < len(parsed):
+            raise ValueError(f"--sweep {spec!r} repeats a value")
+        fields.append(name)
+        grids.append(parsed)
+    return [dict(zip(fields, values, strict=True)) for values in itertools.product(*grids)]
+
+
+def point_label(point: dict) -> str:
+    """`learning_rate=0.001,ent_coef=0`: a sweep point's name, also its directory in the run directory."""
+    return ",".join(f"{k}={v:g}" for k, v in point.items())
+
+
+def agent_layout(config: Config, points):
+    """Agents point-major: agent p * num_seeds + s trains sweep point p with seed config.seed + s, so every point
+    sees the seeds a run without --sweep would. -> (keys, hparams {field: (agents,)}, names), numpy."""
+    keys = np.tile(np.asarray(seed_keys(config)), (len(points), 1))
+    hparams = {k: np.array([p.get(k, getattr(config, k)) for p in points for _ in range(config.num_seeds)],
+                           np.float32) for k in SWEEPABLE}
+    names = [str(config.seed + s) if len(points) == 1 else f"{config.seed + s} at {point_label(p)}"
+             for p in points for s in range(config.num_seeds)]
+    return keys, hparams, names
+
+
+def choose_devices(config: Config, num_agents: int) -> list:
+    """The devices the agents are split over: all of them (every process's), or --num-devices of them; without
+    --num-devices on one process, the most that divide the agents. A split that does not divide is refused."""
+    devices = jax.devices()
+    what = f"{num_agents} agents (--num-seeds x sweep points)"
+    if jax.process_count() > 1:
+        if config.num_devices not in (None, len(devices)) or num_agents % len(devices):
+            fail(f"{what} must split evenly over all {len(devices)} devices of the {jax.process_count()} "
+                 f"processes; use a multiple of {len(devices)} agents")
+        return devices
+    if config.num_devices is not None:
+        if config.num_devices > len(devices):
+            fail(f"--num-devices {config.num_devices}: this process sees {len(devices)} device(s)")
+        if num_agents % config.num_devices:
+            fail(f"{what} do not divide over --num-devices {config.num_devices}; use a divisor of {num_agents}")
+        return devices[:config.num_devices]
+    count = max(d for d in range(1, len(devices) + 1) if num_agents % d == 0)
+    if count < len(devices):
+        print(f"note: {what} do not divide over {len(devices)} devices; training on {count} "
+              "(--num-devices chooses)")
+    return devices[:count]
+
+
+def over_agents(fn, mesh, in_axes):
+    """jit(vmap(fn)) with the agent axis split over the mesh: each device runs the vmapped fn on its own agents
+    (shard_map), with no communication between devices; arguments with in_axes None are replicated."""
+    specs = tuple(PartitionSpec("agents") if a == 0 else PartitionSpec() for a in in_axes)
+    return jax.jit(jax.shard_map(jax.vmap(fn, in_axes=in_axes), mesh=mesh, in_specs=specs,
+                                 out_specs=PartitionSpec("agents"), check_vma=False))
+
+
+def to_agents(tree, sharding):
+    """Numpy arrays holding every agent's rows -> jax Arrays split over the agents' devices (each process places
+    only the rows of its own devices)."""
+    return jax.tree.map(lambda x: jax.make_array_from_callback(x.shape, sharding, lambda i: x[i]), tree)
+
+
+def init_agents(init, sharding, keys, hparams):
+    """jit(vmap(init)) on each of this process's devices for that device's agents, one device after the other,
+    assembled into arrays split over the agents. One after the other: XLA:CPU (jax 0.10.2) deadlocked running
+    the orthogonal initialiser's QR decompositions on two host devices at once."""
+    jitted, shards = jax.jit(jax.vmap(init)), []
+    for device, index in sharding.addressable_devices_indices_map(keys.shape[:1]).items():
+        local = jax.device_put((keys[index], {k: v[index] for k, v in hparams.items()}), device)
+        shards.append(jax.block_until_ready(jitted(*local)))
+    return jax.tree.map(lambda *xs: jax.make_array_from_single_device_arrays(
+        (len(keys),) + xs[0].shape[1:], sharding, list(xs)), *shards)
+
+
+def gather(tree):
+    """Every agent's values as numpy on this host; with several processes a collective that all of them join."""
+    if jax.process_count() > 1:
+        return multihost_utils.process_allgather(tree, tiled=True)
+    return jax.device_get(tree)
 
 
 def evaluate_run(config: Config):
@@ -649,25 +861,25 @@ def evaluate_run(config: Config):
     if episodes <= 0:
         fail(f"--eval-episodes must be a positive integer, got {episodes}")
     run_config = Config(**{**saved, "eval_episodes": episodes})
-    if config.seed_index is not None and not 0 <= config.seed_index < run_config.num_seeds:
-        fail(f"--seed-index {config.seed_index} is out of range: the run has {run_config.num_seeds} agents "
-             f"(indices 0 to {run_config.num_seeds - 1})")
+    keys, hparams, names = agent_layout(run_config, sweep_points(run_config))
+    if config.seed_index is not None and not 0 <= config.seed_index < len(keys):
+        fail(f"--seed-index {config.seed_index} is out of range: the run has {len(keys)} agents "
+             f"(indices 0 to {len(keys) - 1})")
     if config.gif is not None and not envs.can_draw(run_config.env):
         fail(f"--gif: gymnax cannot draw {run_config.env}; drop --gif, or evaluate a run on a classic-control, "
              "MinAtar or misc env")
-    keys = seed_keys(run_config)
     init, _ = make_train_parts(run_config)
-    abstract_runner = jax.eval_shape(jax.vmap(init), keys)
+    abstract_runner = jax.eval_shape(jax.vmap(init), keys, hparams)
     checkpoints = Checkpoints(config.eval)
     runner, _, done = checkpoints.restore(config.eval, "--eval", run_config, abstract_runner, False)
     checkpoints.close()
     eval_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
     returns = np.asarray(jax.jit(jax.vmap(make_evaluate(run_config)))(eval_keys, runner))
-    indices = range(run_config.num_seeds) if config.seed_index is None else [config.seed_index]
+    indices = range(len(keys)) if config.seed_index is None else [config.seed_index]
     print(f"ppo on {run_config.env}, checkpoint after {done} updates: deterministic policy, "
           f"{episodes} episodes per agent")
     for i in indices:
-        print(f"seed {run_config.seed + i} (index {i}): mean {returns[i].mean():.2f}  returns "
+        print(f"seed {names[i]} (index {i}): mean {returns[i].mean():.2f}  returns "
               + " ".join(f"{r:.1f}" for r in returns[i]))
     if len(indices) > 1:
         print(f"mean over agents: {returns.mean():.2f}")
@@ -676,7 +888,7 @@ def evaluate_run(config: Config):
         agent = jax.tree.map(lambda x: x[index], runner)
         act = deterministic_policy(run_config, agent)
         total, length = envs.record_episode(run_config.env, act, eval_keys[index], config.gif)
-        print(f"one episode of seed {run_config.seed + index} (index {index}): return {total:.1f} in {length} "
+        print(f"one episode of seed {names[index]} (index {index}): return {total:.1f} in {length} "
               f"steps, drawn to {config.gif}")
 
 
@@ -689,13 +901,14 @@ def safe_wandb(fn, *args, **kwargs):
         return None
 
 
-def start_wandb(config: Config, run_name, run_dir):
+def start_wandb(config: Config, run_name, run_dir, group, values):
+    """A wandb run (one per sweep point, grouped by the sweep), its config holding the point's values."""
     try:
         import wandb
 
         return wandb.init(
-            project=config.wandb_project, entity=config.wandb_entity, group=config.wandb_group,
-            name=run_name, config=asdict(config), dir=run_dir,
+            project=config.wandb_project, entity=config.wandb_entity, group=group, name=run_name,
+            config={**asdict(config), **values}, dir=run_dir, reinit="create_new",
         )
     except Exception as error:  # noqa: BLE001
         print(f"warning: wandb could not start ({type(error).__name__}: {error}); "
@@ -752,6 +965,25 @@ def to_json(x):
     return [None if np.isnan(v) else float(v) for v in x.ravel()]
 
 
+def write_point(point_dir, config: Config, seeds, metrics, eval_returns, extra) -> dict:
+    """learning_curve.png and summary.json of one sweep point (the whole run without --sweep) -> the summary."""
+    plot_learning_curve(os.path.join(point_dir, "learning_curve.png"), metrics, f"ppo on {config.env}")
+    env_steps = int(metrics["env_steps"][0, -1])
+    final = final_returns(metrics)
+    summary = {"algo": "ppo", "env": config.env, "num_seeds": config.num_seeds, "seeds": seeds,
+               "total_timesteps": config.total_timesteps, "env_steps": env_steps, **extra,
+               "final_return": to_json(final), "eval_return": to_json(eval_returns)}
+    with open(os.path.join(point_dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # no episode ended in a short run: the mean is NaN
+        print(f"final return (last 10% of training): mean {np.nanmean(final):.2f}, per seed "
+              + " ".join(f"{r:.1f}" for r in final))
+    print(f"eval return (deterministic policy):  mean {eval_returns.mean():.2f}, per seed "
+          + " ".join(f"{r:.1f}" for r in eval_returns))
+    return summary
+
+
 def main(config: Config):
     if config.eval is not None:
         evaluate_run(config)
@@ -761,106 +993,138 @@ def main(config: Config):
     error = validate(config)
     if error:
         fail(error)
+    points = sweep_points(config)
+    keys, hparams, names = agent_layout(config, points)
+    mesh = Mesh(np.array(choose_devices(config, len(keys))), ("agents",))
+    sharding = NamedSharding(mesh, PartitionSpec("agents"))
+    lead = jax.process_index() == 0  # process 0 writes the run directory and wandb
     if config.resume is not None:
         run_dir = config.resume
         run_name = os.path.basename(os.path.normpath(run_dir))
     else:
         # Brax ids hold a '/' (and maybe a ':'); neither belongs in a directory name.
         env_name = config.env.replace("/", "-").replace(":", "-")
-        run_name = config.run_name or f"{env_name}__ppo__{config.seed}__{int(time.time())}"
+        stamp = int(time.time())
+        if jax.process_count() > 1:  # one name for every process
+            stamp = int(multihost_utils.broadcast_one_to_all(np.int32(stamp)))
+        run_name = config.run_name or f"{env_name}__ppo__{config.seed}__{stamp}"
         run_dir = os.path.join(config.out_dir, run_name)
         if os.path.isdir(run_dir) and os.listdir(run_dir):
             fail(f"run directory {run_dir} exists and is not empty; choose another --run-name, or --resume it")
-        os.makedirs(run_dir, exist_ok=True)
-        with open(os.path.join(run_dir, "config.json"), "w") as f:
-            json.dump({"algo": "ppo", **asdict(config), "resume": None}, f, indent=2)
-    wandb_run = start_wandb(config, run_name, run_dir) if config.track else None
+        if jax.process_count() > 1:  # every process has checked before process 0 creates it
+            multihost_utils.sync_global_devices("run directory checked")
+        if lead:
+            os.makedirs(run_dir, exist_ok=True)
+            with open(os.path.join(run_dir, "config.json"), "w") as f:
+                json.dump({"algo": "ppo", **asdict(config), "resume": None}, f, indent=2)
+    sweep = len(points) > 1
+    point_dirs = [os.path.join(run_dir, point_label(p)) if sweep else run_dir for p in points]
+    wandb_runs = None
+    if config.track and lead:
+        wandb_runs = [start_wandb(config, f"{run_name}/{point_label(p)}" if sweep else run_name, run_dir,
+                                  group=(config.wandb_group or run_name) if sweep else config.wandb_group,
+                                  values=p) for p in points]
 
     seeds = [config.seed + i for i in range(config.num_seeds)]
-    keys = seed_keys(config)
     num_updates = num_iterations(config)
     chunk = num_updates // config.num_chunks
-    progress = Progress(config, keys, wandb_run)
+    local = [i for index in sharding.addressable_devices_indices_map(keys.shape[:1]).values()
+             for i in range(len(keys))[index[0]]]
+    progress = Progress(config, points, local, wandb_runs)
     init, run = make_train_parts(config, log_fn=progress)
-    init, run = jax.jit(jax.vmap(init)), jax.jit(jax.vmap(run, in_axes=(0, 0, None)))
+    run = over_agents(run, mesh, (0, 0, None))
+    agent_ids = to_agents(np.arange(len(keys), dtype=np.int32), sharding)
     # From here on Ctrl-C or SIGTERM (during compile too) stop the run where the running chunk ends, resumable.
     stop = StopRequest()
     try:
-        print(f"ppo on {config.env}: {config.num_seeds} agents x {config.total_timesteps} steps "
-              f"in {config.num_chunks} chunk(s), run dir {run_dir}", flush=True)
+        if lead:
+            agents = f"{config.num_seeds} seeds x {len(points)} sweep points" if sweep else f"{len(keys)} agents"
+            print(f"ppo on {config.env}: {agents} x {config.total_timesteps} steps in {config.num_chunks} chunk(s) "
+                  f"on {mesh.devices.size} device(s), run dir {run_dir}", flush=True)
         checkpoints = Checkpoints(run_dir, config.keep_checkpoints)
         done, history = 0, None
         t0 = time.perf_counter()
         if config.resume is not None:
-            abstract_runner = jax.eval_shape(init, keys)
+            abstract_runner = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
+                                           jax.eval_shape(jax.vmap(init), keys, hparams))
             runner, history, done = checkpoints.restore(run_dir, "--resume", config, abstract_runner, True)
-            print(f"resuming after update {done} of {num_updates}")
+            if lead:
+                print(f"resuming after update {done} of {num_updates}")
         else:
-            runner = init(keys)
-        compiled = run.lower(keys, runner, jnp.arange(chunk)).compile()
+            runner = init_agents(init, sharding, keys, hparams)
+        compiled = run.lower(agent_ids, runner, jnp.arange(chunk)).compile()
         compile_s = time.perf_counter() - t0
-        print(f"compiled in {compile_s:.1f} s")
-        metrics_csv = MetricsCsv(os.path.join(run_dir, "metrics.csv"), keep_iterations=done)
+        if lead:
+            print(f"compiled in {compile_s:.1f} s")
+            metrics_csvs = [MetricsCsv(os.path.join(d, "metrics.csv"), keep_iterations=done, make_dir=sweep)
+                            for d in point_dirs]
         profile_dir = os.path.join(run_dir, "profile")
         progress.start, progress.start_steps = time.perf_counter(), done * config.num_envs * config.num_steps
         for start in range(done, num_updates, chunk):
-            traced = config.profile and start == done
+            traced = config.profile and start == done and lead
             with jax.profiler.trace(profile_dir, create_perfetto_trace=True) if traced else nullcontext():
-                runner, metrics = compiled(keys, runner, start + jnp.arange(chunk))
-                metrics = jax.device_get(metrics)
+                runner, metrics = compiled(agent_ids, runner, start + jnp.arange(chunk))
+                metrics = gather(metrics)
             jax.effects_barrier()  # the chunk's progress lines are out before anything below
-            metrics_csv.append(seeds, start, metrics)
+            if lead:
+                for p, metrics_csv in enumerate(metrics_csvs):
+                    part = slice(p * config.num_seeds, (p + 1) * config.num_seeds)
+                    metrics_csv.append(seeds, start, {k: v[part] for k, v in metrics.items()})
             if metrics["nonfinite"].any():
-                stop_run(checkpoints, wandb_run, nonfinite_message(seeds, start, metrics["nonfinite"], start), 1)
+                stop_run(checkpoints, wandb_runs, nonfinite_message(names, start, metrics["nonfinite"], start), 1)
             history = metrics if history is None else jax.tree.map(
                 lambda a, b: np.concatenate([a, b], axis=1), history, metrics)
             checkpoints.save(start + chunk, runner, history, config)
-            if stop.signal is not None and start + chunk < num_updates:
-                message = (f"{stop.signal.name}: stopped after update {start + chunk} of {num_updates}, metrics and "
-                           f"checkpoint written; continue with: python ppo.py --resume {run_dir}")
-                stop_run(checkpoints, wandb_run, message, 128 + stop.signal)
+            signum = stop.signal or 0
+            if jax.process_count() > 1:  # a signal to any process stops them all
+                signum = int(np.max(multihost_utils.process_allgather(np.int32(signum))))
+            if signum and start + chunk < num_updates:
+                message = (f"{signal.Signals(signum).name}: stopped after update {start + chunk} of {num_updates}, "
+                           f"metrics and checkpoint written; continue with: python ppo.py --resume {run_dir}")
+                stop_run(checkpoints, wandb_runs, message, 128 + signum)
     finally:
         stop.restore()
     train_s = time.perf_counter() - progress.start
     checkpoints.close()
-    if config.profile:
+    if config.profile and lead:
         print(f"profiler trace in {profile_dir}: open its *.trace.json.gz at https://ui.perfetto.dev "
               "(the trace adds overhead to train_s)")
 
-    eval_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
-    eval_returns = np.asarray(jax.jit(jax.vmap(make_evaluate(config)))(eval_keys, runner)).mean(axis=1)
-
-    metrics = history
-    plot_learning_curve(os.path.join(run_dir, "learning_curve.png"), metrics, f"ppo on {config.env}")
-    env_steps = int(metrics["env_steps"][0, -1])
-    final = final_returns(metrics)
-    summary = {
-        "algo": "ppo",
-        "env": config.env,
-        "num_seeds": config.num_seeds,
-        "seeds": seeds,
-        "total_timesteps": config.total_timesteps,
-        "env_steps": env_steps,
-        "resumed_after_update": done if config.resume is not None else None,
-        "compile_s": compile_s,
-        "train_s": train_s,
-        "sps": (env_steps - progress.start_steps) * config.num_seeds / train_s,
-        "final_return": to_json(final),
-        "eval_return": to_json(eval_returns),
-    }
-    with open(os.path.join(run_dir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
-    print(f"\n{'=' * 72}\nppo on {config.env}: {config.num_seeds} agents, {env_steps} env steps each")
-    print(f"compile {compile_s:.1f} s, train {train_s:.1f} s, {summary['sps']:.0f} env steps/s over all agents")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # no episode ended in a short run: the mean is NaN
-        print(f"final return (last 10% of training): mean {np.nanmean(final):.2f}, per seed "
-              + " ".join(f"{r:.1f}" for r in final))
-    print(f"eval return (deterministic policy):  mean {eval_returns.mean():.2f}, per seed "
-          + " ".join(f"{r:.1f}" for r in eval_returns))
+    eval_keys = to_agents(np.asarray(jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)), sharding)
+    eval_returns = gather(over_agents(make_evaluate(config), mesh, (0, 0))(eval_keys, runner)).mean(axis=1)
+    if not lead:
+        return
+    env_steps = int(history["env_steps"][0, -1])
+    sps = (env_steps - progress.start_steps) * len(keys) / train_s
+    extra = {"resumed_after_update": done if config.resume is not None else None, "compile_s": compile_s,
+             "train_s": train_s, "sps": sps, "num_devices": int(mesh.devices.size),
+             "num_processes": jax.process_count()}
+    print(f"\n{'=' * 72}\nppo on {config.env}: {len(keys)} agents, {env_steps} env steps each")
+    print(f"compile {compile_s:.1f} s, train {train_s:.1f} s, {sps:.0f} env steps/s over all agents")
+    summaries = []
+    for p, point in enumerate(points):
+        if sweep:
+            print(f"-- point {p}: {point_label(point)}")
+        part = slice(p * config.num_seeds, (p + 1) * config.num_seeds)
+        summaries.append(write_point(point_dirs[p], config, seeds, {k: v[part] for k, v in history.items()},
+                                     eval_returns[part], {**extra, "sweep_point": point or None}))
+    if sweep:
+        ranking = sorted(range(len(points)), key=lambda p: -np.nan_to_num(nanmean(summaries[p]["final_return"]),
+                                                                            nan=-np.inf))
+        summary = {"algo": "ppo", "env": config.env, "sweep": list(config.sweep), **extra,
+                   "ranking": [{"rank": r + 1, "point": point_label(points[p]), "values": points[p],
+                                "final_return_mean": nanmean(summaries[p]["final_return"]),
+                                "eval_return_mean": nanmean(summaries[p]["eval_return"]),
+                                "dir": point_label(points[p])} for r, p in enumerate(ranking)]}
+        with open(os.path.join(run_dir, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=2)
+        print("ranking by final return: " + "; ".join(
+            f"{e['rank']}. {e['point']} ({e['final_return_mean']:.1f})" for e in summary["ranking"]))
     print(f"written to {run_dir}\n{'=' * 72}")
-    if wandb_run is not None:
-        finish_wandb(wandb_run, summary, os.path.join(run_dir, "learning_curve.png"))
+    for wandb_run, point_dir, point_summary in zip(wandb_runs or [None] * len(points), point_dirs, summaries,
+                                                   strict=True):
+        if wandb_run is not None:
+            finish_wandb(wandb_run, point_summary, os.path.join(point_dir, "learning_curve.png"))
 
 
 if __name__ == "__main__":

@@ -178,8 +178,9 @@ def test_tracked_four_seed_run_writes_every_output_and_each_agent_equals_its_see
     config = json.loads((run_dir / "config.json").read_text())
     assert config["algo"] == "reinforce" and config["num_seeds"] == 4
     assert set(summary) == {"algo", "env", "num_seeds", "seeds", "total_timesteps", "env_steps", "compile_s",
-                            "train_s", "sps", "final_return", "eval_return", "resumed_after_epoch"}
-    assert summary["resumed_after_epoch"] is None
+                            "train_s", "sps", "final_return", "eval_return", "resumed_after_epoch", "num_devices",
+                            "num_processes", "sweep_point"}
+    assert summary["resumed_after_epoch"] is None and summary["sweep_point"] is None
     assert summary["algo"] == "reinforce" and summary["env_steps"] == 2048 and summary["seeds"] == [10, 11, 12, 13]
     assert len(summary["final_return"]) == 4 and len(summary["eval_return"]) == 4
     assert all(r is not None and r > 0 for r in summary["eval_return"])

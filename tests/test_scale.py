@@ -1,0 +1,229 @@
+"""Scale out (issue 7) in every script: agents sharded over devices, a multi-process run, and --sweep.
+
+The reference for every comparison is a one-device run made in this process with `main(Config(...))`. A run on 2
+devices gives each device the one-device program for its own agents, so its metrics equal, bit for bit, the one-device
+runs of those agents (seeds 0-1 and 2-3). Runs that need more devices or processes than this test process has are
+subprocesses, as a user would start them."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import ROOT
+from test_checkpoints import CASES, cli_flags, exit_code_and_error, read_csv, tiny_config
+
+# Per case: a sweepable field and two of its values, and a field that changes array shapes.
+SWEEPS = {
+    "ppo": ("learning_rate", (2.5e-4, 1e-3), "num_envs"),
+    "reinforce": ("pi_lr", (3e-4, 1e-3), "num_envs"),
+    "td3": ("tau", (0.005, 0.05), "batch_size"),
+    "tabular_q": ("learning_rate", (0.1, 0.5), "num_envs"),
+    "dqn": ("learning_rate", (2.5e-4, 1e-3), "batch_size"),
+}
+TWO_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+
+
+def tiny_flags(case, **overrides):
+    _, tiny, _ = CASES[case]
+    return cli_flags({**tiny, **overrides})
+
+
+def script(case):
+    return f"{CASES[case][0]}.py"
+
+
+def by_iteration(rows):
+    """metrics.csv rows (without the header) in the order a run writes them: iteration, then seed."""
+    return sorted(rows, key=lambda row: (int(row[1]), int(row[0])))
+
+
+@pytest.fixture(scope="module")
+def one_device_run(tmp_path_factory):
+    """`one_device_run(case, seed, **overrides)` -> the run directory of a tiny 2-agent run (seeds `seed`, `seed` + 1)
+    made in this process on one device; made once per module and arguments."""
+    made = {}
+
+    def _run(case, seed, **overrides):
+        key = (case, seed, tuple(sorted(overrides.items())))
+        if key not in made:
+            out_dir = tmp_path_factory.mktemp(f"{case}_{seed}")
+            module, config = tiny_config(case, out_dir, seed=seed, num_seeds=2, num_chunks=1, run_name="run",
+                                         **overrides)
+            module.main(config)
+            made[key] = out_dir / "run"
+        return made[key]
+
+    return _run
+
+
+def expected_four_agents(one_device_run, case):
+    """The metrics.csv rows of seeds 0-3: the one-device runs of seeds 0-1 and 2-3."""
+    halves = [read_csv(one_device_run(case, seed) / "metrics.csv") for seed in (0, 2)]
+    return halves[0][0], by_iteration(halves[0][1:] + halves[1][1:])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(CASES))
+def test_two_devices_equal_one_device_runs_per_seed(case, one_device_run, run_script, tmp_path):
+    result = run_script(script(case), *tiny_flags(case, num_seeds=4, run_name="two"), env_overrides=TWO_DEVICES)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "on 2 device(s)" in result.stdout
+    header, expected = expected_four_agents(one_device_run, case)
+    rows = read_csv(tmp_path / "runs" / "two" / "metrics.csv")
+    assert rows[0] == header and rows[1:] == expected
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(CASES))
+def test_two_processes_on_localhost_write_one_run_with_all_seeds(case, one_device_run, tmp_path):
+    with socket.socket() as s:  # a free port for the coordinator
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path)}
+    env.pop("XLA_FLAGS", None)  # one CPU device per process
+    flags = tiny_flags(case, num_seeds=4, run_name="multi", out_dir=str(tmp_path / "runs"),
+                       coordinator_address=f"localhost:{port}", num_processes=2)
+    processes = [subprocess.Popen([sys.executable, str(ROOT / script(case)), *flags, "--process-id", str(i)],
+                                  cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for i in range(2)]
+    outputs = [p.communicate(timeout=600) for p in processes]
+    for p, (_, err) in zip(processes, outputs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+    assert os.listdir(tmp_path / "runs") == ["multi"]
+    assert "written to" in outputs[0][0] and "written to" not in outputs[1][0]  # process 0 reports and writes
+    header, expected = expected_four_agents(one_device_run, case)
+    rows = read_csv(tmp_path / "runs" / "multi" / "metrics.csv")
+    assert rows[0] == header and rows[1:] == expected
+    summary = (tmp_path / "runs" / "multi" / "summary.json").read_text()
+    assert '"num_processes": 2' in summary and '"seeds": [\n    0,\n    1,\n    2,\n    3\n  ]' in summary
+
+
+def point_dirs(module, run_dir, field, values):
+    return [run_dir / module.point_label({field: v}) for v in values]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_sweep_of_two_values_equals_separate_runs(case, one_device_run, tmp_path):
+    """2 values x 2 seeds in one program on one device: each point equals the run without --sweep at its value, to
+    float rounding (a vmapped batch of 4 agents and one of 2 are compiled apart); the summary ranks the points."""
+    field, values, _ = SWEEPS[case]
+    module, config = tiny_config(case, tmp_path, num_seeds=2, num_chunks=1, run_name="sweep",
+                                 sweep=(f"{field}={values[0]},{values[1]}",))
+    module.main(config)
+    run_dir = tmp_path / "sweep"
+    for value, point_dir in zip(values, point_dirs(module, run_dir, field, values), strict=True):
+        got, expected = (read_csv(d / "metrics.csv") for d in (point_dir, one_device_run(case, 0, **{field: value})))
+        assert got[0] == expected[0] and len(got) == len(expected) > 1
+        got, expected = (np.array([[float(v == "True") if v in ("True", "False") else float(v) for v in row]
+                                   for row in rows[1:]]) for rows in (got, expected))
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-6, equal_nan=True)
+        assert (point_dir / "learning_curve.png").exists() and (point_dir / "summary.json").exists()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    ranking = summary["ranking"]
+    assert sorted(e["values"][field] for e in ranking) == sorted(values)
+    means = [-np.inf if e["final_return_mean"] is None or np.isnan(e["final_return_mean"]) else
+             e["final_return_mean"] for e in ranking]
+    assert [e["rank"] for e in ranking] == [1, 2] and means == sorted(means, reverse=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["ppo", "tabular_q"])
+def test_sweep_on_two_devices_equals_separate_runs_bit_for_bit(case, one_device_run, run_script, tmp_path):
+    """With one sweep point per device, each device runs the one-device program of that point's agents."""
+    field, values, _ = SWEEPS[case]
+    result = run_script(script(case), *tiny_flags(case, num_seeds=2, run_name="sweep"),
+                        "--sweep", f"{field}={values[0]},{values[1]}", env_overrides=TWO_DEVICES)
+    assert result.returncode == 0, result.stderr[-3000:]
+    module = __import__(CASES[case][0])
+    for value, point_dir in zip(values, point_dirs(module, tmp_path / "runs" / "sweep", field, values), strict=True):
+        expected = one_device_run(case, 0, **{field: value}) / "metrics.csv"
+        assert read_csv(point_dir / "metrics.csv") == read_csv(expected)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_sweep_specs_exit_2_with_one_line(case, capsys, tmp_path):
+    field, _, shape_field = SWEEPS[case]
+    bad = {
+        "no_such_field=1,2": "no field 'no_such_field'",
+        f"{shape_field}=1,2": "changes array shapes",
+        field: "malformed",
+        f"{field}=": "malformed",
+        f"{field}=a,b": "must be numbers",
+        f"{field}=0.1,0.1": "repeats a value",
+        "seed=1,2": "--num-seeds",
+        f"{field}=-1,0.1": "--sweep",  # a value the script refuses on its own
+    }
+    for spec, words in bad.items():
+        module, config = tiny_config(case, tmp_path, sweep=(spec,))
+        code, err = exit_code_and_error(capsys, module.main, config)
+        assert code == 2 and len(err) == 1 and words in err[0], (spec, err)
+    module, config = tiny_config(case, tmp_path, sweep=(f"{field}=0.1", f"{field}=0.2"))
+    code, err = exit_code_and_error(capsys, module.main, config)
+    assert code == 2 and "given twice" in err[0]
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_devices_that_do_not_divide_the_agents_exit_2(case, capsys, tmp_path):
+    module, config = tiny_config(case, tmp_path, num_devices=2)  # this test process has one device
+    code, err = exit_code_and_error(capsys, module.main, config)
+    assert code == 2 and "--num-devices 2" in err[0] and "1 device" in err[0]
+    module, config = tiny_config(case, tmp_path, num_devices=0)
+    code, err = exit_code_and_error(capsys, module.main, config)
+    assert code == 2 and "--num-devices must be a positive integer" in err[0]
+
+
+def test_sweep_grid_order_and_agent_layout():
+    import ppo
+
+    config = ppo.Config(num_seeds=3, seed=5, sweep=("lr=1e-3,3e-4", "ent-coef=0,0.01"))
+    points = ppo.sweep_points(config)
+    assert points == [{"learning_rate": 1e-3, "ent_coef": 0.0}, {"learning_rate": 1e-3, "ent_coef": 0.01},
+                      {"learning_rate": 3e-4, "ent_coef": 0.0}, {"learning_rate": 3e-4, "ent_coef": 0.01}]
+    keys, hparams, names = ppo.agent_layout(config, points)
+    assert len(keys) == 12 and names[4] == "6 at learning_rate=0.001,ent_coef=0.01"
+    np.testing.assert_array_equal(keys[4], keys[1])  # every point trains seeds 5, 6, 7
+    np.testing.assert_allclose(hparams["ent_coef"][3:6], 0.01)
+    np.testing.assert_allclose(hparams["gamma"], config.gamma)  # fields not swept keep the config's value
+
+
+def test_cli_refuses_a_bad_sweep_and_a_bad_process_flag(run_script):
+    result = run_script("ppo.py", "--sweep", "lr=1e-3", "--sweep", "lr=1e-4")
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        "error: --sweep learning_rate is given twice; list all its values in one flag"]
+    result = run_script("ppo.py", "--num-processes", "2")
+    assert result.returncode == 2 and "--coordinator-address" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_sweep_logs_one_wandb_run_per_point_in_one_group(run_script, tmp_path):
+    result = run_script("ppo.py", *tiny_flags("ppo", run_name="sweep"), "--sweep", "lr=1e-3,3e-4", "--track")
+    assert result.returncode == 0, result.stderr[-3000:]
+    offline = sorted((tmp_path / "runs" / "sweep" / "wandb").glob("offline-run-*"))
+    assert len(offline) == 2
+    records = [next(d.glob("*.wandb")).read_bytes() for d in offline]
+    assert all(b"sweep/learning_rate=" in r for r in records)  # run names; the group is the run name
+    assert sum(b"sweep/learning_rate=0.001" in r for r in records) == 1
+
+
+def test_sweep_resumes_from_its_checkpoint(tmp_path):
+    """A sweep run cut after its first chunk resumes to the metrics of the uninterrupted run, point by point."""
+    module, config = tiny_config("ppo", tmp_path, num_seeds=2, num_chunks=2, run_name="whole",
+                                 sweep=("lr=1e-3,3e-4",))
+    module.main(config)
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    shutil.copytree(whole, cut)
+    steps = sorted(int(p.name) for p in (cut / "checkpoints").iterdir() if p.name.isdigit())
+    shutil.rmtree(cut / "checkpoints" / str(steps[-1]))
+    (cut / "summary.json").unlink()
+    module.main(module.Config(resume=str(cut)))
+    for value in (1e-3, 3e-4):
+        label = module.point_label({"learning_rate": value})
+        assert read_csv(cut / label / "metrics.csv") == read_csv(whole / label / "metrics.csv")
+    assert json.loads((cut / "summary.json").read_text())["ranking"] == json.loads(
+        (whole / "summary.json").read_text())["ranking"]
