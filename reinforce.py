@@ -842,6 +842,11 @@ def gather(tree):
     return jax.device_get(tree)
 
 
+def point_rows(tree, p, num_seeds):
+    """Sweep point p's agents (point-major: rows p * num_seeds to (p + 1) * num_seeds - 1) of every array."""
+    return jax.tree.map(lambda x: x[p * num_seeds:(p + 1) * num_seeds], tree)
+
+
 def evaluate_run(config: Config):
     """--eval: the deterministic policies of a saved run, on the same episodes as its summary's eval_return
     (unless --eval-episodes changes their number)."""
@@ -964,10 +969,8 @@ def write_point(point_dir, config: Config, seeds, metrics, eval_returns, extra) 
                "final_return": to_json(final), "eval_return": to_json(eval_returns)}
     with open(os.path.join(point_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # no episode ended in a short run: the mean is NaN
-        print(f"final return (last 10% of training): mean {np.nanmean(final):.2f}, per seed "
-              + " ".join(f"{r:.1f}" for r in final))
+    print(f"final return (last 10% of training): mean {nanmean(final):.2f}, per seed "
+          + " ".join(f"{r:.1f}" for r in final))
     print(f"eval return (deterministic policy):  mean {eval_returns.mean():.2f}, per seed "
           + " ".join(f"{r:.1f}" for r in eval_returns))
     return summary
@@ -1057,8 +1060,7 @@ def main(config: Config):
             jax.effects_barrier()  # the chunk's progress lines are out before anything below
             if lead:
                 for p, metrics_csv in enumerate(metrics_csvs):
-                    part = slice(p * config.num_seeds, (p + 1) * config.num_seeds)
-                    metrics_csv.append(seeds, start, {k: v[part] for k, v in metrics.items()})
+                    metrics_csv.append(seeds, start, point_rows(metrics, p, config.num_seeds))
             if metrics["nonfinite"].any():
                 stop_run(checkpoints, wandb_runs, nonfinite_message(names, start, metrics["nonfinite"], start), 1)
             history = metrics if history is None else jax.tree.map(
@@ -1094,17 +1096,16 @@ def main(config: Config):
     for p, point in enumerate(points):
         if sweep:
             print(f"-- point {p}: {point_label(point)}")
-        part = slice(p * config.num_seeds, (p + 1) * config.num_seeds)
-        summaries.append(write_point(point_dirs[p], config, seeds, {k: v[part] for k, v in history.items()},
-                                     eval_returns[part], {**extra, "sweep_point": point or None}))
+        rows = point_rows((history, eval_returns), p, config.num_seeds)
+        summaries.append(write_point(point_dirs[p], config, seeds, *rows, {**extra, "sweep_point": point or None}))
     if sweep:
         ranking = sorted(range(len(points)), key=lambda p: -np.nan_to_num(nanmean(summaries[p]["final_return"]),
                                                                             nan=-np.inf))
         summary = {"algo": "reinforce", "env": config.env, "sweep": list(config.sweep), **extra,
                    "ranking": [{"rank": r + 1, "point": point_label(points[p]), "values": points[p],
                                 "final_return_mean": nanmean(summaries[p]["final_return"]),
-                                "eval_return_mean": nanmean(summaries[p]["eval_return"]),
-                                "dir": point_label(points[p])} for r, p in enumerate(ranking)]}
+                                "eval_return_mean": nanmean(summaries[p]["eval_return"])}
+                               for r, p in enumerate(ranking)]}
         with open(os.path.join(run_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)
         print("ranking by final return: " + "; ".join(
