@@ -21,6 +21,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 import dqn_tabular_q as dq  # noqa: E402
+import harness  # noqa: E402
 
 # (label, config overrides); total_timesteps is per agent
 CASES = {
@@ -38,10 +39,7 @@ CASES = {
 
 
 def run_case(overrides):
-    config = dataclasses.replace(dq.Config(), **overrides)
-    error = dq.validate(config)
-    assert error is None, error
-    config = dq.resolve(config)
+    config, _ = harness.check(dq.ALGORITHM, dataclasses.replace(dq.Config(), **overrides))
     keys = jnp.stack([jax.random.PRNGKey(config.seed + i) for i in range(config.num_seeds)])
     train = jax.jit(jax.vmap(dq.make_train(config)))
     t0 = time.perf_counter()

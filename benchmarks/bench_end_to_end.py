@@ -47,6 +47,7 @@ if HAVE_TORCH:
     import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import harness  # noqa: E402
 import ppo  # noqa: E402
 import reinforce  # noqa: E402
 
@@ -380,8 +381,9 @@ def validate(args: Args) -> str | None:
         return "--algos must name at least one algorithm"
     for algo in args.algos:
         module, config, _ = make_configs(algo, args, 1)
-        error = module.validate(config)
-        if error:
+        try:
+            harness.check(module.ALGORITHM, config)
+        except harness.ConfigError as error:
             return f"{algo}: {error}"
     batch = args.num_envs * args.num_steps
     if args.torch_threads < 0:

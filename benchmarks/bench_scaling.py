@@ -50,6 +50,7 @@ def time_rows(args: Args, num_devices: int):
 
     sys.path.insert(0, ROOT)
     import ppo
+    from harness.scale import agent_layout, init_agents, over_agents, to_agents
 
     mesh = Mesh(np.array(jax.devices()[:num_devices]), ("agents",))
     sharding = NamedSharding(mesh, PartitionSpec("agents"))
@@ -60,13 +61,13 @@ def time_rows(args: Args, num_devices: int):
         batch = ppo.Config.num_envs * ppo.Config.num_steps
         per_agent = max(1, args.steps_per_row // (num_seeds * batch)) * batch
         config = ppo.Config(env=args.env, num_seeds=num_seeds, total_timesteps=per_agent)
-        keys, hparams, _ = ppo.agent_layout(config, [{}])
+        keys, hparams, _ = agent_layout(ppo.ALGORITHM, config, [{}])
         init, run = ppo.make_train_parts(config)
-        run = ppo.over_agents(run, mesh, (0, 0, None))
-        agent_ids = ppo.to_agents(np.arange(num_seeds, dtype=np.int32), sharding)
+        run = over_agents(run, mesh, (0, 0, None))
+        agent_ids = to_agents(np.arange(num_seeds, dtype=np.int32), sharding)
         updates = jnp.arange(ppo.num_iterations(config))
         start = time.perf_counter()
-        runner = ppo.init_agents(init, sharding, keys, hparams)
+        runner = init_agents(init, sharding, keys, hparams)
         compiled = run.lower(agent_ids, runner, updates).compile()
         compile_s = time.perf_counter() - start
         times = []

@@ -1,8 +1,5 @@
 """ppo.py: GAE, reproducibility across seeds and batches, the CLI as a user runs it, and learning."""
 
-import csv
-import json
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,6 +8,7 @@ from conftest import read_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import harness
 import ppo
 
 
@@ -118,75 +116,28 @@ def test_logging_does_not_change_results():
     assert len(calls) == 2 * 3  # 2 agents x updates 2, 4, 6
 
 
-def test_help_lists_flags(run_script):
-    result = run_script("ppo.py", "--help", add_out_dir=False)
-    assert result.returncode == 0
-    for flag in ("--env", "--seed", "--num-seeds", "--total-timesteps", "--track", "--wandb-project",
-                 "--wandb-entity", "--wandb-group", "--out-dir", "--run-name", "--log-every"):
-        assert flag in result.stdout
-    assert "independent agents trained in parallel" in result.stdout
-
-
-def test_small_run_writes_every_output(run_script, tmp_path):
-    result = run_script("ppo.py", "--num-seeds", "2", "--total-timesteps", "2048", "--log-every", "1",
-                        "--run-name", "small")
-    assert result.returncode == 0, result.stderr
-    assert "compiled in" in result.stdout and "update      4" in result.stdout
-    run_dir, summary = read_run(tmp_path / "runs")
-    assert run_dir.name == "small"
-    assert json.loads((run_dir / "config.json").read_text())["num_seeds"] == 2
-    for key in ("algo", "env", "num_seeds", "total_timesteps", "compile_s", "train_s", "sps"):
-        assert key in summary
-    assert summary["algo"] == "ppo" and summary["env_steps"] == 2048
-    assert len(summary["final_return"]) == 2 and len(summary["eval_return"]) == 2
-    assert all(r is not None and r > 0 for r in summary["eval_return"])
-    with open(run_dir / "metrics.csv") as f:
-        rows = list(csv.DictReader(f))
-    assert len(rows) == 2 * 4 and {r["seed"] for r in rows} == {"0", "1"}
-    assert (run_dir / "learning_curve.png").stat().st_size > 1000
-
-
-def test_continuous_small_run(run_script, tmp_path):
-    result = run_script("ppo.py", "--env", "Pendulum-v1", "--total-timesteps", "1024")
-    assert result.returncode == 0, result.stderr
+def test_continuous_small_run(tmp_path):
+    ppo.main(ppo.Config(env="Pendulum-v1", total_timesteps=1024, out_dir=str(tmp_path / "runs")))
     _, summary = read_run(tmp_path / "runs")
     assert summary["eval_return"][0] < 0  # Pendulum's rewards are costs
 
 
 @pytest.mark.parametrize(
-    "args, message",
+    "changes, message",
     [
-        (["--env", "CartPol-v1"], "--env: unknown env 'CartPol-v1': did you mean CartPole-v1"),
-        (["--activation", "gelu"], "--activation 'gelu' is unknown"),
-        (["--num-envs", "0"], "--num-envs must be a positive integer"),
-        (["--num-seeds", "-2"], "--num-seeds must be a positive integer"),
-        (["--num-minibatches", "3"], "--num-minibatches 3 does not divide the batch"),
-        (["--total-timesteps", "100"], "--total-timesteps 100 is smaller than one batch"),
-        (["--learning-rate", "0"], "--learning-rate must be positive"),
+        (dict(activation="gelu"), "--activation 'gelu' is unknown"),
+        (dict(num_envs=0), "--num-envs must be a positive integer"),
+        (dict(num_minibatches=3), "--num-minibatches 3 does not divide the batch"),
+        (dict(total_timesteps=100), "--total-timesteps 100 is smaller than one batch"),
+        (dict(learning_rate=0.0), "--learning-rate must be positive"),
+        (dict(clip_coef=float("nan")), "--clip-coef must be positive"),
+        (dict(gae_lambda=1.5), "--gae-lambda must lie in [0, 1]"),
     ],
 )
-def test_bad_input_exits_2_with_one_line(run_script, tmp_path, args, message):
-    result = run_script("ppo.py", *args)
-    assert result.returncode == 2
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
-    assert not (tmp_path / "runs").exists()
-
-
-def test_track_writes_offline_wandb_run(run_script, tmp_path):
-    result = run_script("ppo.py", "--track", "--total-timesteps", "1024", "--log-every", "1")
-    assert result.returncode == 0, result.stderr
-    run_dir, _ = read_run(tmp_path / "runs")
-    offline = list((run_dir / "wandb").glob("offline-run-*"))
-    assert len(offline) == 1 and any(offline[0].glob("*.wandb"))
-
-
-def test_wandb_failure_does_not_stop_training(run_script, tmp_path):
-    result = run_script("ppo.py", "--track", "--total-timesteps", "1024", env_overrides={"WANDB_MODE": "not-a-mode"})
-    assert result.returncode == 0, result.stderr
-    assert "warning: wandb could not start" in result.stderr
-    read_run(tmp_path / "runs")
+def test_bad_config_names_the_flag(changes, message):
+    with pytest.raises(harness.ConfigError) as error:
+        harness.check(ppo.ALGORITHM, ppo.Config(**changes))
+    assert message in str(error.value) and "\n" not in str(error.value)
 
 
 @pytest.mark.slow

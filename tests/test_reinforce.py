@@ -11,6 +11,7 @@ from conftest import read_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import harness
 import reinforce
 
 
@@ -168,32 +169,25 @@ def test_help_lists_flags(run_script):
     assert "full-batch value-function steps" in result.stdout
 
 
-def test_tracked_four_seed_run_writes_every_output_and_each_agent_equals_its_seed_alone(run_script, tmp_path):
-    args = ("--total-timesteps", "2048", "--log-every", "1")
-    result = run_script("reinforce.py", *args, "--seed", "10", "--num-seeds", "4", "--track", "--run-name", "small")
-    assert result.returncode == 0, result.stderr
-    assert "compiled in" in result.stdout and "epoch      4" in result.stdout
+def test_four_seed_run_writes_every_output_and_each_agent_equals_its_seed_alone(tmp_path, capsys):
+    small = dict(total_timesteps=2048, log_every=1)
+    reinforce.main(reinforce.Config(**small, seed=10, num_seeds=4, run_name="small", out_dir=str(tmp_path / "runs")))
+    assert "iteration      4" in capsys.readouterr().out
     run_dir, summary = read_run(tmp_path / "runs")
     assert run_dir.name == "small"
     config = json.loads((run_dir / "config.json").read_text())
     assert config["algo"] == "reinforce" and config["num_seeds"] == 4
-    assert set(summary) == {"algo", "env", "num_seeds", "seeds", "total_timesteps", "env_steps", "compile_s",
-                            "train_s", "sps", "final_return", "eval_return", "resumed_after_epoch", "num_devices",
-                            "num_processes", "sweep_point"}
-    assert summary["resumed_after_epoch"] is None and summary["sweep_point"] is None
     assert summary["algo"] == "reinforce" and summary["env_steps"] == 2048 and summary["seeds"] == [10, 11, 12, 13]
     assert len(summary["final_return"]) == 4 and len(summary["eval_return"]) == 4
     assert all(r is not None and r > 0 for r in summary["eval_return"])
     with open(run_dir / "metrics.csv") as f:
         batch_rows = list(csv.DictReader(f))
     assert len(batch_rows) == 4 * 4 and {r["seed"] for r in batch_rows} == {"10", "11", "12", "13"}
-    assert {"epoch", "loss/actor", "loss/critic", "entropy", "approx_kl"} <= set(batch_rows[0])
+    assert {"iteration", "loss/actor", "loss/critic", "entropy", "approx_kl"} <= set(batch_rows[0])
     assert (run_dir / "learning_curve.png").stat().st_size > 1000
-    offline = list((run_dir / "wandb").glob("offline-run-*"))
-    assert len(offline) == 1 and any(offline[0].glob("*.wandb"))
 
     # Agent 2 of the run above is seed 12 run alone.
-    assert run_script("reinforce.py", *args, "--seed", "12", "--out-dir", "alone").returncode == 0
+    reinforce.main(reinforce.Config(**small, seed=12, out_dir=str(tmp_path / "alone")))
     alone_dir, alone = read_run(tmp_path / "alone")
     assert alone["eval_return"][0] == summary["eval_return"][2]
     with open(alone_dir / "metrics.csv") as f:
@@ -210,39 +204,25 @@ def test_tracked_four_seed_run_writes_every_output_and_each_agent_equals_its_see
 @pytest.mark.parametrize(
     "changes, message",
     [
-        (dict(env="CartPol-v1"), "--env: unknown env 'CartPol-v1': did you mean CartPole-v1"),
         (dict(activation="gelu"), "--activation 'gelu' is unknown"),
         (dict(num_envs=0), "--num-envs must be a positive integer"),
         (dict(train_v_iters=-1), "--train-v-iters must be a positive integer"),
         (dict(total_timesteps=100), "--total-timesteps 100 is smaller than one epoch"),
         (dict(pi_lr=0.0), "--pi-lr must be positive"),
         (dict(vf_lr=float("nan")), "--vf-lr must be positive"),
-        (dict(gae_lambda=1.5), "--gamma and --gae-lambda must lie in [0, 1]"),
+        (dict(gae_lambda=1.5), "--gae-lambda must lie in [0, 1]"),
+        (dict(baseline="none", sweep=("vf_lr=1e-3,1e-4",)), "--sweep vf_lr: --baseline none learns no value"),
     ],
 )
-def test_validate_names_the_bad_flag(changes, message):
-    error = reinforce.validate(reinforce.Config(**changes))
-    assert error is not None and message in error and "\n" not in error
+def test_bad_config_names_the_flag(changes, message):
+    with pytest.raises(harness.ConfigError) as error:
+        harness.check(reinforce.ALGORITHM, reinforce.Config(**changes))
+    assert message in str(error.value) and "\n" not in str(error.value)
 
 
-def test_validate_accepts_the_defaults():
-    assert reinforce.validate(reinforce.Config()) is None
-    assert reinforce.validate(reinforce.Config(env="Pendulum-v1", baseline="none")) is None
-
-
-@pytest.mark.parametrize(
-    "args, message",
-    [
-        (["--env", "CartPol-v1"], "--env: unknown env 'CartPol-v1': did you mean CartPole-v1"),
-        (["--num-seeds", "-2"], "--num-seeds must be a positive integer"),
-    ],
-)
-def test_bad_input_exits_2_with_one_line(run_script, tmp_path, args, message):
-    result = run_script("reinforce.py", *args)
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
-    assert not (tmp_path / "runs").exists()
+def test_defaults_and_plain_reinforce_pass_the_checks():
+    harness.check(reinforce.ALGORITHM, reinforce.Config())
+    harness.check(reinforce.ALGORITHM, reinforce.Config(env="Pendulum-v1", baseline="none"))
 
 
 @pytest.mark.slow

@@ -1,10 +1,12 @@
-"""Scale out (issue 7) in every script: agents sharded over devices, a multi-process run, and --sweep.
+"""Scale out (harness/scale.py): agents sharded over devices, a multi-process run, and --sweep.
 
 The reference for every comparison is a one-device run made in this process with `main(Config(...))`. A run on 2
 devices gives each device the one-device program for its own agents, so its metrics equal, bit for bit, the one-device
-runs of those agents (seeds 0-1 and 2-3). Runs that need more devices or processes than this test process has are
-subprocesses, as a user would start them."""
+runs of those agents (seeds 0-1 and 2-3); whether they do depends on how the algorithm's program compiles, so that
+test runs every case. Runs that need more devices or processes than this test process has are subprocesses, as a user
+would start them."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -12,10 +14,15 @@ import socket
 import subprocess
 import sys
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import ROOT
-from test_checkpoints import CASES, cli_flags, exit_code_and_error, read_csv, tiny_config
+from test_harness import CASES, cli_flags, exit_code_and_error, read_csv, tiny_config
+
+import harness
+from harness.scale import agent_layout, point_label, sweep_points
 
 # Per case: a sweepable field and two of its values, and a field that changes array shapes.
 SWEEPS = {
@@ -49,6 +56,8 @@ def one_device_run(tmp_path_factory):
     made = {}
 
     def _run(case, seed, **overrides):
+        defaults = tiny_config(case, ".")[1]
+        overrides = {k: v for k, v in overrides.items() if getattr(defaults, k) != v}
         key = (case, seed, tuple(sorted(overrides.items())))
         if key not in made:
             out_dir = tmp_path_factory.mktemp(f"{case}_{seed}")
@@ -67,28 +76,42 @@ def expected_four_agents(one_device_run, case):
     return halves[0][0], by_iteration(halves[0][1:] + halves[1][1:])
 
 
+@pytest.fixture(scope="module")
+def two_device_runs(tmp_path_factory):
+    """Every case's tiny run of seeds 0-3 in one process that sees 2 CPU devices (one process, one import, for all
+    five), as `main` runs it: the agents split over both devices. -> {case: run directory, "stdout": ...}."""
+    out_dir = tmp_path_factory.mktemp("two_devices")
+    code = (f"import sys; sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'tests')!r}]\n"
+            "from test_harness import CASES, tiny_config\n"
+            "for case in CASES:\n"
+            f"    module, config = tiny_config(case, {str(out_dir)!r}, num_seeds=4, num_chunks=1, run_name=case)\n"
+            "    module.main(config)\n")
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(out_dir), **TWO_DEVICES}
+    result = subprocess.run([sys.executable, "-c", code], cwd=out_dir, env=env, capture_output=True, text=True,
+                            timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return {case: out_dir / case for case in CASES} | {"stdout": result.stdout}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
-def test_two_devices_equal_one_device_runs_per_seed(case, one_device_run, run_script, tmp_path):
-    result = run_script(script(case), *tiny_flags(case, num_seeds=4, run_name="two"), env_overrides=TWO_DEVICES)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "on 2 device(s)" in result.stdout
+def test_two_devices_equal_one_device_runs_per_seed(case, one_device_run, two_device_runs):
+    assert two_device_runs["stdout"].count("on 2 device(s)") == len(CASES)
     header, expected = expected_four_agents(one_device_run, case)
-    rows = read_csv(tmp_path / "runs" / "two" / "metrics.csv")
+    rows = read_csv(two_device_runs[case] / "metrics.csv")
     assert rows[0] == header and rows[1:] == expected
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", list(CASES))
-def test_two_processes_on_localhost_write_one_run_with_all_seeds(case, one_device_run, tmp_path):
+def test_two_processes_on_localhost_write_one_run_with_all_seeds(one_device_run, tmp_path):
     with socket.socket() as s:  # a free port for the coordinator
         s.bind(("localhost", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path)}
     env.pop("XLA_FLAGS", None)  # one CPU device per process
-    flags = tiny_flags(case, num_seeds=4, run_name="multi", out_dir=str(tmp_path / "runs"),
+    flags = tiny_flags("ppo", num_seeds=4, run_name="multi", out_dir=str(tmp_path / "runs"),
                        coordinator_address=f"localhost:{port}", num_processes=2)
-    processes = [subprocess.Popen([sys.executable, str(ROOT / script(case)), *flags, "--process-id", str(i)],
+    processes = [subprocess.Popen([sys.executable, str(ROOT / "ppo.py"), *flags, "--process-id", str(i)],
                                   cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                  for i in range(2)]
     outputs = [p.communicate(timeout=600) for p in processes]
@@ -96,58 +119,75 @@ def test_two_processes_on_localhost_write_one_run_with_all_seeds(case, one_devic
         assert p.returncode == 0, err[-3000:]
     assert os.listdir(tmp_path / "runs") == ["multi"]
     assert "written to" in outputs[0][0] and "written to" not in outputs[1][0]  # process 0 reports and writes
-    header, expected = expected_four_agents(one_device_run, case)
+    header, expected = expected_four_agents(one_device_run, "ppo")
     rows = read_csv(tmp_path / "runs" / "multi" / "metrics.csv")
     assert rows[0] == header and rows[1:] == expected
-    summary = (tmp_path / "runs" / "multi" / "summary.json").read_text()
-    assert '"num_processes": 2' in summary and '"seeds": [\n    0,\n    1,\n    2,\n    3\n  ]' in summary
-
-
-def point_dirs(module, run_dir, field, values):
-    return [run_dir / module.point_label({field: v}) for v in values]
+    summary = json.loads((tmp_path / "runs" / "multi" / "summary.json").read_text())
+    assert summary["num_processes"] == 2 and summary["seeds"] == [0, 1, 2, 3]
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_sweep_of_two_values_equals_separate_runs(case, one_device_run, tmp_path):
-    """2 values x 2 seeds in one program on one device: each point equals the run without --sweep at its value, to
-    float rounding (a vmapped batch of 4 agents and one of 2 are compiled apart); the summary ranks the points."""
+def test_swept_values_train_as_the_config_would(case, tmp_path):
+    """The algorithm reads a swept field from its hparams: the agent of a 2-point sweep (one program) at the value
+    that is not the config's trains as a run with that value in its config, to float rounding (an array in one, a
+    constant in the other). An algorithm that read the config instead would train it with the default."""
     field, values, _ = SWEEPS[case]
-    module, config = tiny_config(case, tmp_path, num_seeds=2, num_chunks=1, run_name="sweep",
-                                 sweep=(f"{field}={values[0]},{values[1]}",))
+    module, config = tiny_config(case, tmp_path, num_seeds=1, sweep=(f"{field}={values[0]},{values[1]}",))
+    assert getattr(config, field) == values[0] != values[1]
+    algorithm = module.ALGORITHM
+    keys, hparams, _ = agent_layout(algorithm, config, sweep_points(algorithm, config))
+    iterations = jnp.arange(module.num_iterations(config))
+    init, run = module.make_train_parts(config)
+    _, swept = jax.jit(jax.vmap(lambda key, hp: run(key, init(key, hp), iterations)))(keys, hparams)
+    alone_config = dataclasses.replace(config, sweep=(), **{field: values[1]})
+    _, alone = jax.jit(module.make_train(alone_config))(keys[1])
+    for key in alone:
+        np.testing.assert_allclose(np.asarray(swept[key][1], float), np.asarray(alone[key], float), rtol=1e-4,
+                                   atol=1e-6, equal_nan=True, err_msg=key)
+
+
+def point_dirs(run_dir, field, values):
+    return [run_dir / point_label({field: v}) for v in values]
+
+
+def test_sweep_writes_each_point_as_its_own_run_and_ranks_them(one_device_run, tmp_path):
+    """2 values x 2 seeds in one program on one device: each point's directory holds what the run without --sweep
+    at its value writes, to float rounding (a vmapped batch of 4 agents and one of 2 are compiled apart); the run's
+    summary ranks the points."""
+    field, values, _ = SWEEPS["ppo"]
+    module, config = tiny_config("ppo", tmp_path, num_seeds=2, num_chunks=1, run_name="sweep",
+                                 sweep=(f"lr={values[0]},{values[1]}",))
     module.main(config)
     run_dir = tmp_path / "sweep"
-    for value, point_dir in zip(values, point_dirs(module, run_dir, field, values), strict=True):
-        got, expected = (read_csv(d / "metrics.csv") for d in (point_dir, one_device_run(case, 0, **{field: value})))
+    for value, point_dir in zip(values, point_dirs(run_dir, field, values), strict=True):
+        got, expected = (read_csv(d / "metrics.csv") for d in (point_dir, one_device_run("ppo", 0, **{field: value})))
         assert got[0] == expected[0] and len(got) == len(expected) > 1
         got, expected = (np.array([[float(v == "True") if v in ("True", "False") else float(v) for v in row]
                                    for row in rows[1:]]) for rows in (got, expected))
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-6, equal_nan=True)
-        assert (point_dir / "learning_curve.png").exists() and (point_dir / "summary.json").exists()
+        assert (point_dir / "learning_curve.png").exists()
+        assert json.loads((point_dir / "summary.json").read_text())["sweep_point"] == {field: value}
     summary = json.loads((run_dir / "summary.json").read_text())
     ranking = summary["ranking"]
     assert sorted(e["values"][field] for e in ranking) == sorted(values)
-    means = [-np.inf if e["final_return_mean"] is None or np.isnan(e["final_return_mean"]) else
-             e["final_return_mean"] for e in ranking]
+    means = [e["final_return_mean"] for e in ranking]
     assert [e["rank"] for e in ranking] == [1, 2] and means == sorted(means, reverse=True)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["ppo", "tabular_q"])
-def test_sweep_on_two_devices_equals_separate_runs_bit_for_bit(case, one_device_run, run_script, tmp_path):
+def test_sweep_on_two_devices_equals_separate_runs_bit_for_bit(one_device_run, run_script, tmp_path):
     """With one sweep point per device, each device runs the one-device program of that point's agents."""
-    field, values, _ = SWEEPS[case]
-    result = run_script(script(case), *tiny_flags(case, num_seeds=2, run_name="sweep"),
+    field, values, _ = SWEEPS["ppo"]
+    result = run_script("ppo.py", *tiny_flags("ppo", num_seeds=2, run_name="sweep"),
                         "--sweep", f"{field}={values[0]},{values[1]}", env_overrides=TWO_DEVICES)
     assert result.returncode == 0, result.stderr[-3000:]
-    module = __import__(CASES[case][0])
-    for value, point_dir in zip(values, point_dirs(module, tmp_path / "runs" / "sweep", field, values), strict=True):
-        expected = one_device_run(case, 0, **{field: value}) / "metrics.csv"
+    for value, point_dir in zip(values, point_dirs(tmp_path / "runs" / "sweep", field, values), strict=True):
+        expected = one_device_run("ppo", 0, **{field: value}) / "metrics.csv"
         assert read_csv(point_dir / "metrics.csv") == read_csv(expected)
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_bad_sweep_specs_exit_2_with_one_line(case, capsys, tmp_path):
-    field, _, shape_field = SWEEPS[case]
+def test_bad_sweep_specs_exit_2_with_one_line(capsys, tmp_path):
+    field, _, shape_field = SWEEPS["ppo"]
     bad = {
         "no_such_field=1,2": "no field 'no_such_field'",
         f"{shape_field}=1,2": "changes array shapes",
@@ -156,48 +196,64 @@ def test_bad_sweep_specs_exit_2_with_one_line(case, capsys, tmp_path):
         f"{field}=a,b": "must be numbers",
         f"{field}=0.1,0.1": "repeats a value",
         "seed=1,2": "--num-seeds",
-        f"{field}=-1,0.1": "--sweep",  # a value the script refuses on its own
+        f"{field}=-1,0.1": "--sweep learning_rate=-1: --learning-rate must be positive",
+        f"{field}=-1": "--sweep learning_rate=-1: --learning-rate must be positive",  # a single value is checked too
     }
     for spec, words in bad.items():
-        module, config = tiny_config(case, tmp_path, sweep=(spec,))
+        module, config = tiny_config("ppo", tmp_path, sweep=(spec,))
         code, err = exit_code_and_error(capsys, module.main, config)
         assert code == 2 and len(err) == 1 and words in err[0], (spec, err)
-    module, config = tiny_config(case, tmp_path, sweep=(f"{field}=0.1", f"{field}=0.2"))
+    module, config = tiny_config("ppo", tmp_path, sweep=(f"{field}=0.1", f"{field}=0.2"))
     code, err = exit_code_and_error(capsys, module.main, config)
     assert code == 2 and "given twice" in err[0]
     assert not any(tmp_path.iterdir())  # nothing written
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_devices_that_do_not_divide_the_agents_exit_2(case, capsys, tmp_path):
-    module, config = tiny_config(case, tmp_path, num_devices=2)  # this test process has one device
+def test_each_algorithm_refuses_sweep_values_it_refuses_alone(case, tmp_path):
+    field, values, _ = SWEEPS[case]
+    module, config = tiny_config(case, tmp_path, sweep=(f"{field}=-1,{values[0]}",))
+    with pytest.raises(harness.ConfigError, match=f"--sweep {field}=-1: --{field.replace('_', '-')} must"):
+        harness.check(module.ALGORITHM, config)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("gamma=0.9,0.99", "--sweep gamma: the reward normaliser (--normalize) is built with one gamma"),
+])
+def test_ppo_refuses_gamma_sweep_with_normalization(spec, message):
+    import ppo
+
+    with pytest.raises(harness.ConfigError) as error:
+        harness.check(ppo.ALGORITHM, ppo.Config(env="Pendulum-v1", sweep=(spec,)))
+    assert message in str(error.value)
+
+
+def test_devices_that_do_not_divide_the_agents_exit_2(capsys, tmp_path):
+    module, config = tiny_config("ppo", tmp_path, num_devices=2)  # this test process has one device
     code, err = exit_code_and_error(capsys, module.main, config)
-    assert code == 2 and "--num-devices 2" in err[0] and "1 device" in err[0]
-    module, config = tiny_config(case, tmp_path, num_devices=0)
-    code, err = exit_code_and_error(capsys, module.main, config)
-    assert code == 2 and "--num-devices must be a positive integer" in err[0]
+    assert code == 2 and "--num-devices 2: this process sees 1 device(s)" in err[0]
+    assert not any(tmp_path.iterdir())
 
 
 def test_sweep_grid_order_and_agent_layout():
     import ppo
 
     config = ppo.Config(num_seeds=3, seed=5, sweep=("lr=1e-3,3e-4", "ent-coef=0,0.01"))
-    points = ppo.sweep_points(config)
+    points = sweep_points(ppo.ALGORITHM, config)
     assert points == [{"learning_rate": 1e-3, "ent_coef": 0.0}, {"learning_rate": 1e-3, "ent_coef": 0.01},
                       {"learning_rate": 3e-4, "ent_coef": 0.0}, {"learning_rate": 3e-4, "ent_coef": 0.01}]
-    keys, hparams, names = ppo.agent_layout(config, points)
+    keys, hparams, names = agent_layout(ppo.ALGORITHM, config, points)
     assert len(keys) == 12 and names[4] == "6 at learning_rate=0.001,ent_coef=0.01"
     np.testing.assert_array_equal(keys[4], keys[1])  # every point trains seeds 5, 6, 7
+    np.testing.assert_array_equal(keys[:3], np.stack([jax.random.PRNGKey(s) for s in (5, 6, 7)]))
     np.testing.assert_allclose(hparams["ent_coef"][3:6], 0.01)
     np.testing.assert_allclose(hparams["gamma"], config.gamma)  # fields not swept keep the config's value
 
 
-def test_cli_refuses_a_bad_sweep_and_a_bad_process_flag(run_script):
+def test_cli_refuses_a_sweep_field_given_twice(run_script):
     result = run_script("ppo.py", "--sweep", "lr=1e-3", "--sweep", "lr=1e-4")
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [
         "error: --sweep learning_rate is given twice; list all its values in one flag"]
-    result = run_script("ppo.py", "--num-processes", "2")
-    assert result.returncode == 2 and "--coordinator-address" in result.stderr and "Traceback" not in result.stderr
 
 
 @pytest.mark.slow
@@ -223,7 +279,7 @@ def test_sweep_resumes_from_its_checkpoint(tmp_path):
     (cut / "summary.json").unlink()
     module.main(module.Config(resume=str(cut)))
     for value in (1e-3, 3e-4):
-        label = module.point_label({"learning_rate": value})
+        label = point_label({"learning_rate": value})
         assert read_csv(cut / label / "metrics.csv") == read_csv(whole / label / "metrics.csv")
     assert json.loads((cut / "summary.json").read_text())["ranking"] == json.loads(
         (whole / "summary.json").read_text())["ranking"]

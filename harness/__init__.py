@@ -1,0 +1,36 @@
+"""The harness of scanrl: everything around an algorithm, written once.
+
+A script holds one algorithm (its `Config`, networks, `make_train_parts`, deterministic policy and the checks that
+belong to it) and hands it over as an `Algorithm` to `harness.main`, which does the rest:
+
+    algorithm.py    `Algorithm`: what the harness knows of an algorithm
+    flags.py        `Flags` (the flags every script shares), `ConfigError`, checks, --resume's config
+    scale.py        sweeps, agents (sweep points x seeds), devices and processes
+    records.py      the run directory: config.json, metrics.csv, progress lines, learning_curve.png, summary.json
+    tracking.py     wandb
+    checkpoints.py  orbax checkpoints of every agent's whole state
+    stops.py        Ctrl-C / SIGTERM and non-finite values: a run stops where a chunk ends
+    evaluation.py   the deterministic policies' returns, after training and for --eval / --gif
+    run.py          `main`: checks, then training in chunks, resume, evaluation and the summaries
+
+Importing the harness makes no JAX backend. A multi-process run must start `jax.distributed` before one exists,
+and importing gymnax makes one, so a script imports the harness, starts its processes, then imports `envs`.
+"""
+
+import os
+
+# XLA:CPU in jax 0.10 can hang on vmapped training with the concurrency-optimised scheduler (see README). XLA reads
+# XLA_FLAGS when it makes the first backend, so this is in time; added to any XLA_FLAGS the user sets (e.g.
+# --xla_force_host_platform_device_count=N for N CPU devices).
+if "concurrency_optimized_scheduler" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = " ".join(
+        [os.environ.get("XLA_FLAGS", ""), "--xla_cpu_enable_concurrency_optimized_scheduler=false"]).strip()
+
+from harness.algorithm import Algorithm  # noqa: E402
+from harness.flags import ConfigError, Flags, require_between, require_positive  # noqa: E402
+from harness.run import check, main  # noqa: E402
+from harness.scale import start_processes, swept  # noqa: E402
+from harness.stops import all_finite  # noqa: E402
+
+__all__ = ["Algorithm", "ConfigError", "Flags", "all_finite", "check", "main", "require_between", "require_positive",
+           "start_processes", "swept"]

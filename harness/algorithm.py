@@ -1,0 +1,83 @@
+"""`Algorithm`: everything the harness knows of an algorithm script, handed over in one object."""
+
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _no_checks(config):
+    return None
+
+
+def _as_is(config):
+    return config
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """An algorithm as a script hands it to `harness.main`.
+
+    What the harness asks of `make_train_parts(config, log_fn=None) -> (init, run)`, both pure and jittable for
+    one agent (the harness vmaps them over agents and splits the agents over devices):
+    - `init(rng, hparams=None) -> runner`: the agent's whole state (networks, optimizer, env state, buffers, RNG
+      key and `hparams`, its values of the `sweepable` fields as float32 arrays; None: the config's);
+    - `run(agent, runner, iterations) -> (runner, metrics)`: one `lax.scan` over the 1-D int array `iterations`
+      (its numbers, so any chunking of `arange(num_iterations(config))` gives the numbers of one call); each
+      metric has one value per iteration: `env_steps` (so far, per agent), `episodes` (ended in the iteration),
+      `episode_return` (their mean, NaN if none ended), `nonfinite` (see `harness.all_finite`), optionally
+      `updates` (gradient updates so far) and anything else named in `metric_keys`. `run` calls
+      `log_fn(agent, iteration, metrics)` through `jax.debug.callback` when it reports progress.
+    """
+
+    name: str | Callable[[Any], str]
+    """the algorithm's name in run names, config.json, checkpoints and messages ("ppo"); a function of the config
+    when one script holds several learners (then list them in `names`)"""
+    config: type
+    """the script's `Config`: a frozen dataclass subclassing `harness.Flags`"""
+    make_train_parts: Callable
+    """see above"""
+    num_iterations: Callable[[Any], int]
+    """iterations of the training scan for a config"""
+    policy: Callable
+    """`(config, runner) -> act`: one agent's deterministic policy, `act(obs batch) -> action batch`"""
+    metric_keys: tuple[str, ...] | Callable[[Any], tuple[str, ...]]
+    """metrics.csv's columns after `seed` and `iteration`, in order: `env_steps` first, `nonfinite` last"""
+    sweepable: tuple[str, ...] | Callable[[Any], tuple[str, ...]]
+    """the fields that enter the jitted code as arrays (`hparams`), one value per agent: what --sweep can vary"""
+    validate: Callable[[Any], None] = _no_checks
+    """raises `ConfigError` for a config this algorithm cannot train (the shared flags are checked already)"""
+    resolve: Callable[[Any], Any] = _as_is
+    """the config as it trains, e.g. with a learner chosen and its defaults filled in; runs before `validate`"""
+    names: tuple[str, ...] = ()
+    """every name a function `name` can give"""
+    aliases: dict = field(default_factory=lambda: {"lr": "learning_rate"})
+    """short names --sweep accepts for fields"""
+    sweep_help: str | None = None
+    """the sweepable fields as --help lists them, when `sweepable` is a function"""
+    result_flags: tuple[str, ...] = ()
+    """shared flags this algorithm computes with (td3: log_every sets its metrics rows), so --resume keeps them"""
+    nonfinite_hint: str = "lower --learning-rate"
+    """what to change when training diverges"""
+    final_stats: Callable | None = None
+    """`(config, runner) -> {name: array}` of one agent at the end of training (jittable), for `write_stats`"""
+    write_stats: Callable | None = None
+    """`(config, point_dir, stats) -> (summary fields, image paths)`: extra outputs of a sweep point's agents"""
+
+    def name_of(self, config) -> str:
+        return self.name(config) if callable(self.name) else self.name
+
+    def all_names(self) -> tuple[str, ...]:
+        return self.names or (self.name,)
+
+    def metric_keys_of(self, config) -> tuple[str, ...]:
+        return self.metric_keys(config) if callable(self.metric_keys) else self.metric_keys
+
+    def sweepable_of(self, config) -> tuple[str, ...]:
+        return self.sweepable(config) if callable(self.sweepable) else self.sweepable
+
+    @property
+    def script(self) -> str:
+        """The script's file name ("ppo.py"), for messages."""
+        return os.path.basename(sys.modules[self.make_train_parts.__module__].__file__)

@@ -1,0 +1,77 @@
+"""The returns of the agents' deterministic policies on fresh episodes: at the end of training (summary.json's
+`eval_return`) and with --eval on a saved run, on the same episodes; --gif draws one of them."""
+
+import jax
+import numpy as np
+
+from harness.checkpoints import Checkpoints
+from harness.flags import ConfigError, read_run_config
+from harness.scale import agent_layout, sweep_points
+
+# With threefry, fold_in(key, i) equals split(key, n)[i] for every i < n: folding a small number into an agent's
+# root key gives a key its init split off (fold_in(key, 1) was ppo's actor init key). No split of the root into
+# fewer than 2**32 keys reaches the largest 32-bit number.
+EVALUATION_FOLD = 2**32 - 1
+
+
+def evaluation_keys(keys) -> np.ndarray:
+    """Each agent's evaluation key, from its root key `PRNGKey(seed)`; never one its training uses."""
+    return np.asarray(jax.vmap(lambda key: jax.random.fold_in(key, EVALUATION_FOLD))(keys))
+
+
+def make_evaluate(algorithm, config, with_stats=True):
+    """`evaluate(key, runner) -> (returns (eval_episodes,), final stats)` of one agent: the first episode of each of
+    `eval_episodes` envs played by its deterministic policy, and the algorithm's `final_stats`."""
+    import envs
+
+    env, env_params = envs.make_vec(config.env, config.eval_episodes)
+
+    def evaluate(key, runner):
+        act = algorithm.policy(config, runner)
+        returns = envs.evaluate(env, env_params, act, key, env_params.max_steps_in_episode)
+        stats = algorithm.final_stats(config, runner) if with_stats and algorithm.final_stats else {}
+        return returns, stats
+
+    return evaluate
+
+
+def evaluate_run(algorithm, config):
+    """--eval: the deterministic policies of a saved run, on the same episodes as its summary's eval_return (unless
+    --eval-episodes changes their number); --gif draws one episode of agent --seed-index."""
+    import envs
+
+    saved = read_run_config(algorithm, config.eval, "--eval")
+    episodes = saved["eval_episodes"] if config.eval_episodes == algorithm.config().eval_episodes else \
+        config.eval_episodes
+    if not episodes > 0:
+        raise ConfigError(f"--eval-episodes must be a positive integer, got {episodes}")
+    run_config = algorithm.resolve(algorithm.config(**{**saved, "eval_episodes": episodes}))
+    name = algorithm.name_of(run_config)
+    keys, hparams, names = agent_layout(algorithm, run_config, sweep_points(algorithm, run_config))
+    if config.seed_index is not None and not 0 <= config.seed_index < len(keys):
+        raise ConfigError(f"--seed-index {config.seed_index} is out of range: the run has {len(keys)} agents "
+                          f"(indices 0 to {len(keys) - 1})")
+    if config.gif is not None and not envs.can_draw(run_config.env):
+        raise ConfigError(f"--gif: gymnax cannot draw {run_config.env}; drop --gif, or evaluate a run on a "
+                          "classic-control, MinAtar or misc env")
+    init, _ = algorithm.make_train_parts(run_config)
+    abstract_runner = jax.eval_shape(jax.vmap(init), keys, hparams)
+    with Checkpoints(config.eval) as checkpoints:
+        runner, _, done = checkpoints.restore("--eval", name, run_config, abstract_runner, False)
+    eval_keys = evaluation_keys(keys)
+    returns, _ = jax.jit(jax.vmap(make_evaluate(algorithm, run_config, with_stats=False)))(eval_keys, runner)
+    returns = np.asarray(returns)
+    indices = range(len(keys)) if config.seed_index is None else [config.seed_index]
+    print(f"{name} on {run_config.env}, checkpoint after {done} iterations: deterministic policy, {episodes} "
+          "episodes per agent")
+    for i in indices:
+        print(f"seed {names[i]} (index {i}): mean {returns[i].mean():.2f}  returns "
+              + " ".join(f"{r:.1f}" for r in returns[i]))
+    if len(indices) > 1:
+        print(f"mean over agents: {returns.mean():.2f}")
+    if config.gif is not None:
+        index = config.seed_index or 0
+        act = algorithm.policy(run_config, jax.tree.map(lambda x: x[index], runner))
+        total, length = envs.record_episode(run_config.env, act, eval_keys[index], config.gif)
+        print(f"one episode of seed {names[index]} (index {index}): return {total:.1f} in {length} steps, drawn "
+              f"to {config.gif}")

@@ -1,0 +1,170 @@
+"""The flags every script shares (`Flags`), checking them, and the config of an existing run directory.
+
+A script's `Config` subclasses `Flags`, adds its algorithm's fields and redefines `env`, `total_timesteps` and
+`log_every` with its own defaults; tyro turns every field into a flag of the same name (`num_seeds`: `--num-seeds`).
+"""
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+
+import tyro
+
+
+class ConfigError(Exception):
+    """A config that cannot be run. Its message is one line that names the flag and says what to do;
+    `harness.main` prints it as `error: <message>` and exits with code 2."""
+
+
+@dataclass(frozen=True)
+class Flags:
+    # experiment
+    env: str = "CartPole-v1"
+    """environment id: any gymnax id, or one of ours (see envs.list_envs())"""
+    seed: int = 0
+    """seed of agent 0; agent i uses seed + i, so any agent can be re-run alone with --seed"""
+    num_seeds: int = 1
+    """independent agents trained in parallel in one compiled program (vmapped)"""
+    total_timesteps: int = 500_000
+    """env steps per agent"""
+    # evaluation and logging
+    eval_episodes: int = 10
+    """episodes of the deterministic final policy per agent"""
+    track: bool = False
+    """log to Weights & Biases"""
+    wandb_project: str = "scanrl"
+    """wandb project"""
+    wandb_entity: str | None = None
+    """wandb entity (team or user)"""
+    wandb_group: str | None = None
+    """wandb group"""
+    out_dir: str = "runs"
+    """parent directory of the run directory"""
+    run_name: str | None = None
+    """run directory name; default {env}__{algorithm}__{seed}__{unix time}"""
+    log_every: int = 20
+    """print progress (and log to wandb) every this many iterations"""
+    profile: bool = False
+    """write a JAX profiler trace of the first chunk of training to <run dir>/profile (Perfetto / TensorBoard)"""
+    # chunks, checkpoints, resume and evaluation
+    num_chunks: int = 1
+    """train in this many chunks of iterations (one compiled scan, run K times with the state handed on; the last
+    ones are one iteration shorter where K does not divide the iterations): after each, metrics.csv and a
+    checkpoint are written, and Ctrl-C or SIGTERM stop the run there, resumable"""
+    keep_checkpoints: int = 2
+    """how many of the newest checkpoints <run dir>/checkpoints keeps"""
+    resume: str | None = None
+    """continue the run in this run directory from its last checkpoint, with its config (only logging flags may
+    differ)"""
+    eval: str | None = None
+    """do not train: load the last checkpoint of this run directory and print the returns of its deterministic
+    policies over --eval-episodes episodes"""
+    seed_index: int | None = None
+    """with --eval: only the agent at this index of the run's agents (0 is the run's --seed); default all"""
+    gif: str | None = None
+    """with --eval: also write one episode of the agent at --seed-index (default 0) to this path as an animated gif
+    (envs gymnax can draw: classic control, MinAtar, bsuite Catch, misc)"""
+    # scale out: sweeps, devices and processes
+    sweep: tyro.conf.UseAppendAction[tuple[str, ...]] = ()
+    """field=v1,v2,...: train every value x every seed in one compiled program; repeat the flag for a grid (the
+    fields this script can sweep are listed at the top)"""
+    num_devices: int | None = None
+    """shard the agents over this many devices (default: as many as there are, or the most that divide the agents)"""
+    coordinator_address: str | None = None
+    """host:port of process 0 for a multi-process run (jax.distributed); every process gets the same flags"""
+    num_processes: int = 1
+    """processes of a multi-process run (one per host, or per GPU)"""
+    process_id: int = 0
+    """this process's index, 0 to --num-processes - 1; process 0 writes the run directory and wandb"""
+
+
+# Flags that change what is logged or where, not what is computed: they may differ on --resume and --eval.
+LOGGING_FLAGS = ("track", "wandb_project", "wandb_entity", "wandb_group", "out_dir", "run_name", "log_every",
+                 "profile", "keep_checkpoints", "resume", "eval", "seed_index", "eval_episodes", "gif", "num_devices",
+                 "coordinator_address", "num_processes", "process_id")
+MAX_SEED = 2**32 - 1  # a JAX key holds a 32-bit seed here; larger ones would alias smaller ones
+
+
+def flag(name: str) -> str:
+    """The command-line flag of a config field: num_seeds -> --num-seeds."""
+    return "--" + name.replace("_", "-")
+
+
+def require_positive(config, *names):
+    """ConfigError unless every named field is > 0 (NaN is not)."""
+    for name in names:
+        value = getattr(config, name)
+        if not value > 0:
+            kind = "a positive integer" if isinstance(value, int) else "positive"
+            raise ConfigError(f"{flag(name)} must be {kind}, got {value}")
+
+
+def require_between(config, low, high, *names):
+    """ConfigError unless every named field lies in [low, high] (NaN does not); high may be infinite."""
+    for name in names:
+        value = getattr(config, name)
+        if not low <= value <= high:
+            where = f"be {low:g} or more" if high == float("inf") else f"lie in [{low:g}, {high:g}]"
+            raise ConfigError(f"{flag(name)} must {where}, got {value}")
+
+
+def check_flags(config):
+    """The checks of the shared flags and of --env; the algorithm's own come after, in its `validate`."""
+    require_positive(config, "num_seeds", "total_timesteps", "eval_episodes", "log_every", "num_chunks",
+                     "keep_checkpoints")
+    if not 0 <= config.seed <= MAX_SEED - (config.num_seeds - 1):
+        raise ConfigError(f"--seed {config.seed} with --num-seeds {config.num_seeds}: the seeds must lie in 0 to "
+                          f"{MAX_SEED} (2**32 - 1)")
+    if config.num_devices is not None and config.num_devices <= 0:
+        raise ConfigError(f"--num-devices must be a positive integer, got {config.num_devices}")
+    if config.num_processes > 1 and config.coordinator_address is None:
+        raise ConfigError(f"a multi-process run needs --coordinator-address host:port and --process-id in 0 to "
+                          f"{config.num_processes - 1}")
+    if not 0 <= config.process_id < config.num_processes:
+        raise ConfigError(f"--process-id {config.process_id} must lie in 0 to --num-processes - 1 "
+                          f"({config.num_processes - 1})")
+    import envs  # here, not at the top: importing gymnax makes a JAX backend
+
+    try:
+        env, env_params = envs.make(config.env)
+        envs.is_discrete(env, env_params)
+    except ValueError as error:
+        raise ConfigError(f"--env: {error}") from None
+
+
+def read_run_config(algorithm, run_dir, which) -> dict:
+    """The config.json of one of this script's run directories, as Config fields; ConfigError otherwise. `which`:
+    the flag that named the directory."""
+    path = os.path.join(run_dir, "config.json")
+    if not os.path.isdir(run_dir):
+        raise ConfigError(f"{which}: no run directory {run_dir}")
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+        name = saved.pop("algo")
+    except (OSError, ValueError, KeyError, AttributeError, TypeError):
+        raise ConfigError(f"{which}: {path} is missing or unreadable; is {run_dir} a run directory of "
+                          f"{algorithm.script}?") from None
+    if name not in algorithm.all_names():
+        raise ConfigError(f"{which}: {run_dir} is a run of {name}, not of {' or '.join(algorithm.all_names())}; "
+                          "use that script")
+    # JSON has no tuples: tuple fields (hidden_sizes, sweep) come back as lists.
+    fields = {f.name for f in dataclasses.fields(algorithm.config)}
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in saved.items() if k in fields}
+
+
+def resumed_config(algorithm, config):
+    """--resume: the run's own config, with the logging flags given on this command line; any other flag that
+    differs from the run's would change its results, and is refused."""
+    saved = read_run_config(algorithm, config.resume, "--resume")
+    logging = [k for k in LOGGING_FLAGS if k not in algorithm.result_flags]
+    # Compared as JSON, the form config.json holds (tuples are lists there).
+    given, defaults, as_saved = (json.loads(json.dumps(c)) for c in (
+        dataclasses.asdict(config), dataclasses.asdict(algorithm.config()), saved))
+    changed = [k for k in saved if k not in logging and given[k] != defaults[k] and given[k] != as_saved[k]]
+    if changed:
+        flags = ", ".join(f"{flag(k)} {given[k]} (run: {saved[k]})" for k in changed)
+        raise ConfigError(f"--resume: {flags} would change the run's results; drop it to resume, or start a new run")
+    overrides = {k: getattr(config, k) for k in logging if given[k] != defaults[k]}
+    return algorithm.config(**{**saved, **overrides, "resume": config.resume, "eval": None})

@@ -1,0 +1,247 @@
+"""The run directory and what a run writes there: config.json before compiling, metrics.csv as each chunk ends,
+progress lines (and wandb's live metrics) while training, learning_curve.png and summary.json at the end; with
+--sweep, one sub-directory per point. Only process 0 writes."""
+
+import csv
+import dataclasses
+import json
+import os
+import threading
+import time
+import warnings
+
+import jax
+import numpy as np
+
+from harness.flags import ConfigError
+from harness.scale import barrier, broadcast, point_label, point_rows
+from harness.tracking import finish_wandb, safe_wandb, start_wandb
+
+
+def nanmean(values):
+    """Mean of the non-NaN values; NaN (without a warning) if there are none."""
+    values = np.asarray(values, dtype=float)
+    return np.nan if np.all(np.isnan(values)) else float(np.nanmean(values))
+
+
+def to_json(x):
+    return [None if np.isnan(v) else float(v) for v in np.asarray(x, dtype=float).ravel()]
+
+
+class RunDirectory:
+    """<out-dir>/<run-name>/ of a new run (claimed, config.json written) or of a resumed one, its sweep points'
+    directories and their wandb runs."""
+
+    def __init__(self, algorithm, config, points, lead):
+        self.name, self.config, self.points, self.lead = algorithm.name_of(config), config, points, lead
+        if config.resume is not None:
+            self.path = config.resume
+            self.run_name = os.path.basename(os.path.normpath(self.path))
+        else:
+            # Brax ids hold a '/' (and maybe a ':'); neither belongs in a directory name.
+            env_name = config.env.replace("/", "-").replace(":", "-")
+            stamp = broadcast(int(time.time()))  # one name for every process
+            self.run_name = config.run_name or f"{env_name}__{self.name}__{config.seed}__{stamp}"
+            self.path = os.path.join(config.out_dir, self.run_name)
+            if os.path.isdir(self.path) and os.listdir(self.path):
+                raise ConfigError(f"run directory {self.path} exists and is not empty; choose another --run-name, "
+                                  "or --resume it")
+            barrier("run directory checked")  # every process has checked before process 0 creates it
+            if lead:
+                os.makedirs(self.path, exist_ok=True)
+                with open(os.path.join(self.path, "config.json"), "w") as f:
+                    json.dump({"algo": self.name, **dataclasses.asdict(config), "resume": None}, f, indent=2)
+        self.sweep = len(points) > 1
+        self.point_dirs = [os.path.join(self.path, point_label(p)) if self.sweep else self.path for p in points]
+        self.wandb_runs = []
+        if config.track and lead:
+            self.wandb_runs = [start_wandb(config, f"{self.run_name}/{point_label(p)}" if self.sweep else self.run_name,
+                                           self.path, (config.wandb_group or self.run_name) if self.sweep
+                                           else config.wandb_group, p) for p in points]
+
+    def open_metrics(self, keys, done):
+        """Starts each point's metrics.csv, keeping the rows of the `done` iterations a resumed run has."""
+        self.metrics_csvs = [MetricsCsv(os.path.join(d, "metrics.csv"), keys, done, make_dir=self.sweep)
+                             for d in self.point_dirs]
+
+    def append_metrics(self, first, metrics):
+        seeds = [self.config.seed + i for i in range(self.config.num_seeds)]
+        for p, metrics_csv in enumerate(self.metrics_csvs):
+            metrics_csv.append(seeds, first, point_rows(metrics, p, self.config.num_seeds))
+
+    def finish_wandb(self, summaries=None, images=None, exit_code=0):
+        for p, wandb_run in enumerate(self.wandb_runs):
+            finish_wandb(wandb_run, summaries and summaries[p], images[p] if images else (), exit_code)
+
+    def write_summaries(self, algorithm, history, eval_returns, stats, extra):
+        """Per point: learning_curve.png, summary.json and the algorithm's own outputs; with --sweep the run's
+        summary.json ranks the points. Prints the report and ends the wandb runs."""
+        config, seeds = self.config, [self.config.seed + i for i in range(self.config.num_seeds)]
+        summaries, images = [], []
+        for p, point in enumerate(self.points):
+            if self.sweep:
+                print(f"-- point {p}: {point_label(point)}")
+            metrics, returns, point_stats = point_rows((history, eval_returns, stats), p, config.num_seeds)
+            point_dir = self.point_dirs[p]
+            images.append([plot_learning_curve(os.path.join(point_dir, "learning_curve.png"), metrics,
+                                               f"{self.name} on {config.env}")])
+            final = final_returns(metrics)
+            summary = {"algo": self.name, "env": config.env, "num_seeds": config.num_seeds, "seeds": seeds,
+                       "total_timesteps": config.total_timesteps, "env_steps": int(metrics["env_steps"][0, -1]),
+                       **extra, "sweep_point": point or None,
+                       "final_return": to_json(final), "eval_return": to_json(returns)}
+            print(f"final return (last 10% of training): mean {nanmean(final):.2f}, per seed "
+                  + " ".join(f"{r:.1f}" for r in final))
+            print(f"eval return (deterministic policy):  mean {returns.mean():.2f}, per seed "
+                  + " ".join(f"{r:.1f}" for r in returns))
+            if algorithm.write_stats is not None and point_stats:
+                fields, more_images = algorithm.write_stats(config, point_dir, point_stats)
+                summary.update(fields)
+                images[-1] += more_images
+            write_json(os.path.join(point_dir, "summary.json"), summary)
+            summaries.append(summary)
+        if self.sweep:
+            ranking = sorted(range(len(self.points)),
+                             key=lambda p: -np.nan_to_num(nanmean(summaries[p]["final_return"]), nan=-np.inf))
+            write_json(os.path.join(self.path, "summary.json"), {
+                "algo": self.name, "env": config.env, "sweep": list(config.sweep), **extra,
+                "ranking": [{"rank": r + 1, "point": point_label(self.points[p]), "values": self.points[p],
+                             "final_return_mean": nanmean(summaries[p]["final_return"]),
+                             "eval_return_mean": nanmean(summaries[p]["eval_return"])}
+                            for r, p in enumerate(ranking)]})
+            print("ranking by final return: " + "; ".join(
+                f"{r + 1}. {point_label(self.points[p])} ({nanmean(summaries[p]['final_return']):.1f})"
+                for r, p in enumerate(ranking)))
+        print(f"written to {self.path}\n{'=' * 72}")
+        self.finish_wandb(summaries, images)
+
+
+def write_json(path, value):
+    with open(path, "w") as f:
+        json.dump(value, f, indent=2)
+
+
+class MetricsCsv:
+    """<run dir>/metrics.csv, one row per iteration and agent, appended as each chunk ends: a killed run loses at
+    most the chunk it was in. Rows go iteration by iteration, so any chunking writes the same file."""
+
+    def __init__(self, path, keys, keep_iterations=0, make_dir=False):
+        self.path, self.keys = path, keys
+        if make_dir:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        kept = []
+        if keep_iterations and os.path.exists(path):
+            # Resuming: rows past the checkpoint (written before a crash cut its save short) go, the rest stay as
+            # written.
+            with open(path, newline="") as f:
+                kept = [row for row in list(csv.reader(f))[1:] if int(row[1]) < keep_iterations]
+        with open(f"{path}.tmp", "w", newline="") as f:
+            csv.writer(f).writerows([["seed", "iteration", *keys], *kept])
+        os.replace(f"{path}.tmp", path)
+
+    def append(self, seeds, first, metrics):
+        """Rows for iterations first, first + 1, ... of `metrics` {key: (agents, iterations)}, one agent per seed."""
+        with open(self.path, "a", newline="") as f:
+            writer = csv.writer(f)
+            for u in range(metrics["env_steps"].shape[1]):
+                for i, seed in enumerate(seeds):
+                    writer.writerow([seed, first + u, *(metrics[k][i, u] for k in self.keys)])
+
+
+def describe_returns(returns):
+    if np.all(np.isnan(returns)):
+        return "no episode ended"
+    return (f"return mean {np.nanmean(returns):8.2f}  min {np.nanmin(returns):8.2f}  "
+            f"max {np.nanmax(returns):8.2f}")
+
+
+class Progress:
+    """The host side of an algorithm's `log_fn`: gathers one iteration's metrics from every agent this process
+    trains, then prints a line (process 0) and logs each sweep point to its wandb run. Training never waits on it
+    beyond the call itself."""
+
+    def __init__(self, config, points, agents, wandb_runs, keys):
+        self.seed, self.num_seeds, self.points, self.keys = config.seed, config.num_seeds, points, keys
+        self.agents = set(agents)  # the agent indices this process trains
+        self.wandb_runs = wandb_runs  # one per sweep point, or none
+        self.pending = {}
+        self.lock = threading.Lock()
+        self.start = time.perf_counter()
+        self.start_steps = 0  # env steps per agent already done when `start` was taken (a resumed run)
+
+    def __call__(self, agent, iteration, metrics):
+        agent, iteration = int(agent), int(iteration)
+        with self.lock:
+            got = self.pending.setdefault(iteration, {})
+            got[agent] = {k: float(v) for k, v in metrics.items()}
+            if len(got) < len(self.agents):
+                return
+            del self.pending[iteration]
+        if jax.process_index() == 0:
+            self._emit(iteration, got)
+
+    def _emit(self, iteration, by_agent):
+        agents = sorted(by_agent)
+        first = by_agent[agents[0]]
+        returns = np.array([by_agent[a]["episode_return"] for a in agents])
+        env_steps = int(first["env_steps"])
+        sps = (env_steps - self.start_steps) * len(agents) / (time.perf_counter() - self.start)
+        line = f"iteration {iteration + 1:6d}  env_steps {env_steps:10d}"
+        if "updates" in first:
+            line += f"  updates {int(first['updates']):9d}"
+        line += f"  sps {sps:10.0f}  {describe_returns(returns)}"
+        if len(self.points) > 1:
+            means = [nanmean([by_agent[a]["episode_return"] for a in agents if a // self.num_seeds == p])
+                     for p in range(len(self.points))]
+            line += "  by point: " + " ".join(f"{m:.1f}" for m in means)
+        if len(agents) < len(self.points) * self.num_seeds:
+            line += f"  ({len(agents)} agents of process 0)"
+        print(line, flush=True)
+        for p, wandb_run in enumerate(self.wandb_runs):
+            mine = [a for a in agents if a // self.num_seeds == p]
+            if wandb_run is None or not mine:
+                continue
+            log = {"sps": sps * len(mine) / len(agents)}
+            for key in self.keys[1:]:
+                log[f"{key}/mean"] = nanmean([by_agent[a][key] for a in mine])
+            point_returns = [by_agent[a]["episode_return"] for a in mine]
+            log["episode_return/min"] = np.nan if np.all(np.isnan(point_returns)) else np.nanmin(point_returns)
+            log["episode_return/max"] = np.nan if np.all(np.isnan(point_returns)) else np.nanmax(point_returns)
+            log.update({f"episode_return/seed_{self.seed + a % self.num_seeds}": by_agent[a]["episode_return"]
+                        for a in mine})
+            safe_wandb(wandb_run.log, log, step=env_steps)
+
+
+def final_returns(metrics):
+    """Per agent: mean return of the episodes that ended in the last 10% of iterations."""
+    num_iterations = metrics["episodes"].shape[1]
+    tail = slice(num_iterations - max(1, num_iterations // 10), None)
+    episodes = metrics["episodes"][:, tail]
+    total = np.nansum(metrics["episode_return"][:, tail] * episodes, axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return total / episodes.sum(axis=1)
+
+
+def plot_learning_curve(path, metrics, title):
+    """Episode return against env steps: the mean over agents and their min-max band. -> path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = metrics["env_steps"][0]
+    returns = metrics["episode_return"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns: no episode ended yet
+        mean, low, high = np.nanmean(returns, 0), np.nanmin(returns, 0), np.nanmax(returns, 0)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(steps, mean, label=f"mean over {returns.shape[0]} seeds")
+    ax.fill_between(steps, low, high, alpha=0.25, label="min to max")
+    ax.set_xlabel("env steps per agent")
+    ax.set_ylabel("episode return")
+    ax.set_title(title)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -1,0 +1,171 @@
+"""`main`: a script's command line, checked before anything compiles, then trained in chunks (or resumed, or
+evaluated), every agent in one compiled program split over the devices."""
+
+import contextlib
+import itertools
+import os
+import signal
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tyro
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from harness.checkpoints import Checkpoints
+from harness.evaluation import evaluate_run, evaluation_keys, make_evaluate
+from harness.flags import ConfigError, check_flags, resumed_config
+from harness.records import Progress, RunDirectory
+from harness.scale import (
+    agent_layout,
+    any_process,
+    check_sweep_points,
+    choose_devices,
+    gather,
+    init_agents,
+    local_agents,
+    over_agents,
+    sweep_points,
+    to_agents,
+)
+from harness.stops import RunStopped, StopRequest, nonfinite_stop
+
+
+def main(algorithm, config=None):
+    """Runs a script: parses its flags (unless `config` is given), then evaluates a saved run (--eval), resumes one
+    (--resume) or trains a new one. A bad config ends with its one line `error: ...` and exit code 2, before
+    anything is compiled or written; a run stopped early (signal, non-finite values) with its own line and code."""
+    try:
+        if config is None:
+            config = tyro.cli(algorithm.config, description=describe(algorithm))
+        if config.eval is not None:
+            evaluate_run(algorithm, config)
+            return
+        if config.resume is not None:
+            config = resumed_config(algorithm, config)
+        config, points = check(algorithm, config)
+        train(algorithm, config, points)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+    except RunStopped as stopped:
+        print(stopped, file=sys.stderr)
+        sys.exit(stopped.code)
+
+
+def describe(algorithm) -> str:
+    """--help's description: the first paragraph of the script's docstring and the fields --sweep can vary."""
+    doc = sys.modules[algorithm.make_train_parts.__module__].__doc__ or ""
+    alias = {field: short for short, field in algorithm.aliases.items()}
+    fields = algorithm.sweep_help or ", ".join(f"{k} ({alias[k]})" if k in alias else k for k in algorithm.sweepable)
+    return f"{doc.strip().split(chr(10) * 2)[0]}\n\n--sweep can vary: {fields}"
+
+
+def check(algorithm, config):
+    """-> (the config as it trains, its sweep points); ConfigError if it cannot be trained. Writes nothing."""
+    check_flags(config)
+    config = algorithm.resolve(config)
+    algorithm.validate(config)
+    points = sweep_points(algorithm, config)
+    check_sweep_points(algorithm, config, points)
+    iterations = algorithm.num_iterations(config)
+    if config.num_chunks > iterations:
+        raise ConfigError(f"--num-chunks {config.num_chunks} is more than the {iterations} iterations of this run; "
+                          f"use 1 to {iterations}")
+    return config, points
+
+
+def chunk_ends(num_iterations, num_chunks) -> list[int]:
+    """The iteration after each of `num_chunks` chunks: as equal as can be, the shorter ones (by one iteration)
+    last, so a run compiles at most two scan lengths."""
+    size, longer = divmod(num_iterations, num_chunks)
+    return list(itertools.accumulate(size + (i < longer) for i in range(num_chunks)))
+
+
+def train(algorithm, config, points):
+    name, metric_keys = algorithm.name_of(config), algorithm.metric_keys_of(config)
+    keys, hparams, names = agent_layout(algorithm, config, points)
+    mesh = Mesh(np.array(choose_devices(config, len(keys))), ("agents",))
+    sharding = NamedSharding(mesh, PartitionSpec("agents"))
+    lead = jax.process_index() == 0  # process 0 writes the run directory and wandb
+    run_dir = RunDirectory(algorithm, config, points, lead)
+    progress = Progress(config, points, local_agents(sharding, len(keys)), run_dir.wandb_runs, metric_keys)
+    init, run = algorithm.make_train_parts(config, log_fn=progress)
+    run = over_agents(run, mesh, (0, 0, None))
+    agent_ids = to_agents(np.arange(len(keys), dtype=np.int32), sharding)
+    num_iterations = algorithm.num_iterations(config)
+    try:
+        # From here on Ctrl-C or SIGTERM (during compilation too) stop the run where the running chunk ends.
+        with StopRequest() as stop, Checkpoints(run_dir.path, config.keep_checkpoints) as checkpoints:
+            if lead:
+                agents = (f"{config.num_seeds} seeds x {len(points)} sweep points" if run_dir.sweep
+                          else f"{len(keys)} agents")
+                print(f"{name} on {config.env}: {agents} x {config.total_timesteps} steps in {config.num_chunks} "
+                      f"chunk(s) on {mesh.devices.size} device(s), run dir {run_dir.path}", flush=True)
+            start_time = time.perf_counter()
+            if config.resume is not None:
+                abstract_runner = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
+                                               jax.eval_shape(jax.vmap(init), keys, hparams))
+                runner, history, done = checkpoints.restore("--resume", name, config, abstract_runner, True)
+                if lead:
+                    print(f"resuming after iteration {done} of {num_iterations}")
+            else:
+                runner, history, done = init_agents(init, sharding, keys, hparams), None, 0
+            ends = [end for end in chunk_ends(num_iterations, config.num_chunks) if end > done]
+            chunks = list(zip([done, *ends[:-1]], ends, strict=True))
+            compiled = {length: run.lower(agent_ids, runner, jnp.arange(length)).compile()
+                        for length in sorted({end - start for start, end in chunks}, reverse=True)}
+            compile_s = time.perf_counter() - start_time
+            if lead:
+                print(f"compiled in {compile_s:.1f} s")
+                run_dir.open_metrics(metric_keys, done)
+            profile_dir = os.path.join(run_dir.path, "profile")
+            progress.start = time.perf_counter()
+            progress.start_steps = int(history["env_steps"][0, done - 1]) if done else 0
+            for start, end in chunks:
+                profiled = config.profile and start == done and lead
+                trace = jax.profiler.trace(profile_dir, create_perfetto_trace=True) if profiled else None
+                with trace or contextlib.nullcontext():
+                    runner, metrics = compiled[end - start](agent_ids, runner, jnp.arange(start, end))
+                    metrics = gather(metrics)
+                jax.effects_barrier()  # the chunk's progress lines are out before anything below
+                if lead:
+                    run_dir.append_metrics(start, metrics)
+                if metrics["nonfinite"].any():
+                    raise nonfinite_stop(names, start, metrics["nonfinite"], start, algorithm.nonfinite_hint)
+                history = metrics if history is None else jax.tree.map(
+                    lambda a, b: np.concatenate([a, b], axis=1), history, metrics)
+                checkpoints.save(end, runner, history, name, config)
+                signum = any_process(stop.signal or 0)  # a signal to any process stops them all
+                if signum and end < num_iterations:
+                    raise RunStopped(f"{signal.Signals(signum).name}: stopped after iteration {end} of "
+                                     f"{num_iterations}, metrics and checkpoint written; continue with: python "
+                                     f"{algorithm.script} --resume {run_dir.path}", 128 + signum)
+    except BaseException:
+        run_dir.finish_wandb(exit_code=1)
+        raise
+    train_s = time.perf_counter() - progress.start
+    if config.profile and lead:
+        print(f"profiler trace in {profile_dir}: open its *.trace.json.gz at https://ui.perfetto.dev "
+              "(the trace adds overhead to train_s)")
+
+    evaluate = over_agents(make_evaluate(algorithm, config), mesh, (0, 0))
+    eval_returns, stats = gather(evaluate(to_agents(evaluation_keys(keys), sharding), runner))
+    if not lead:
+        return
+    env_steps = int(history["env_steps"][0, -1])
+    sps = (env_steps - progress.start_steps) * len(keys) / train_s
+    extra = {"resumed_after_iteration": done if config.resume is not None else None, "compile_s": compile_s,
+             "train_s": train_s, "sps": sps, "num_devices": int(mesh.devices.size),
+             "num_processes": jax.process_count()}
+    counts, speeds = f"{env_steps} env steps", f"{sps:.0f} env steps/s"
+    if "updates" in history:  # gradient updates so far, where an algorithm counts them apart from iterations
+        updates = int(history["updates"][0, -1])
+        updates_per_s = (updates - (int(history["updates"][0, done - 1]) if done else 0)) * len(keys) / train_s
+        extra = {"updates": updates, **extra, "updates_per_s": updates_per_s}
+        counts, speeds = f"{counts} and {updates} updates", f"{speeds} and {updates_per_s:.0f} updates/s"
+    print(f"\n{'=' * 72}\n{name} on {config.env}: {len(keys)} agents, {counts} each")
+    print(f"compile {compile_s:.1f} s, train {train_s:.1f} s, {speeds} over all agents")
+    run_dir.write_summaries(algorithm, history, eval_returns.mean(axis=1), stats, extra)

@@ -1,0 +1,208 @@
+"""Scale out: the agents of a run are sweep points x seeds, trained as one program split over the devices of every
+process. Agents are point-major: agent p * num_seeds + s trains sweep point p with seed `seed + s`, so every point
+sees the seeds of a run without --sweep."""
+
+import argparse
+import dataclasses
+import itertools
+import sys
+
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+from jax.sharding import PartitionSpec
+
+from harness.flags import ConfigError, flag
+
+
+def start_processes(argv=None):
+    """Joins a multi-process run (--coordinator-address, --num-processes, --process-id: every process gets the same
+    flags but its own id) through `jax.distributed.initialize`, which must come before anything makes a JAX
+    backend; scripts call this before `import envs` (gymnax makes one at import). Only these three flags are read
+    here; incomplete or bad ones are left to the config check, which names them."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--coordinator-address", "--coordinator_address", default=None)
+    parser.add_argument("--num-processes", "--num_processes", default="1")
+    parser.add_argument("--process-id", "--process_id", default="0")
+    flags, _ = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    try:
+        num_processes, process_id = int(flags.num_processes), int(flags.process_id)
+    except ValueError:
+        return
+    if flags.coordinator_address is not None and 0 <= process_id < num_processes:
+        jax.distributed.initialize(flags.coordinator_address, num_processes, process_id)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Sweeps
+
+
+def _field_name(algorithm, name):
+    name = name.strip().replace("-", "_")
+    return algorithm.aliases.get(name, name)
+
+
+def swept(algorithm, config) -> list[str]:
+    """The fields --sweep names (aliases resolved), also before the specs are checked: for an algorithm's
+    `validate` that refuses sweeping a field in some configurations."""
+    return [_field_name(algorithm, spec.partition("=")[0]) for spec in config.sweep]
+
+
+def sweep_points(algorithm, config) -> list[dict]:
+    """The grid of --sweep values, one dict {field: value} per point (one empty point without --sweep); the last
+    --sweep flag varies fastest. A bad spec raises ConfigError."""
+    sweepable = algorithm.sweepable_of(config)
+    fields, grids = [], []
+    for spec in config.sweep:
+        name, sep, values = spec.partition("=")
+        name = _field_name(algorithm, name)
+        if not sep or not name or not values.strip():
+            raise ConfigError(f"--sweep {spec!r} is malformed; write field=v1,v2,... (e.g. --sweep lr=1e-3,3e-4)")
+        if name in ("seed", "num_seeds"):
+            raise ConfigError(f"--sweep {name}: seeds are vmapped already; use --seed and --num-seeds")
+        if name not in {f.name for f in dataclasses.fields(config)}:
+            raise ConfigError(f"--sweep {spec!r}: {algorithm.name_of(config)} has no field {name!r}; sweepable: "
+                              f"{', '.join(sweepable)}")
+        if name not in sweepable:
+            raise ConfigError(f"--sweep {name}: it changes array shapes or the compiled program, so one program "
+                              f"cannot vary it; run one job per value (sweepable: {', '.join(sweepable)})")
+        if name in fields:
+            raise ConfigError(f"--sweep {name} is given twice; list all its values in one flag")
+        try:
+            parsed = [float(v) for v in values.split(",")]
+        except ValueError:
+            raise ConfigError(f"--sweep {spec!r}: the values must be numbers separated by commas, "
+                              "e.g. --sweep lr=1e-3,3e-4") from None
+        if len(set(parsed)) < len(parsed):
+            raise ConfigError(f"--sweep {spec!r} repeats a value")
+        fields.append(name)
+        grids.append(parsed)
+    return [dict(zip(fields, values, strict=True)) for values in itertools.product(*grids)]
+
+
+def point_label(point: dict) -> str:
+    """`learning_rate=0.001,ent_coef=0`: a sweep point's name, also its directory in the run directory."""
+    return ",".join(f"{k}={v:g}" for k, v in point.items())
+
+
+def check_sweep_points(algorithm, config, points):
+    """Every sweep value must be one the algorithm accepts on its own."""
+    if not config.sweep:
+        return
+    for point in points:
+        try:
+            algorithm.validate(dataclasses.replace(config, sweep=(), **point))
+        except ConfigError as error:
+            raise ConfigError(f"--sweep {point_label(point)}: {error}") from None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Agents
+
+
+def seed_keys(config) -> np.ndarray:
+    """`jax.random.PRNGKey(seed + i)` for every seed of the run, (num_seeds, 2) uint32, in one vmapped call."""
+    seeds = np.arange(config.num_seeds, dtype=np.uint32) + np.uint32(config.seed)
+    return np.asarray(jax.vmap(jax.random.PRNGKey)(seeds))
+
+
+def agent_layout(algorithm, config, points):
+    """-> (keys, hparams {field: (agents,) float32}, names), numpy, one row per agent (point-major)."""
+    keys = np.tile(seed_keys(config), (len(points), 1))
+    hparams = {k: np.array([p.get(k, getattr(config, k)) for p in points for _ in range(config.num_seeds)],
+                           np.float32) for k in algorithm.sweepable_of(config)}
+    names = [str(config.seed + s) if len(points) == 1 else f"{config.seed + s} at {point_label(p)}"
+             for p in points for s in range(config.num_seeds)]
+    return keys, hparams, names
+
+
+def point_rows(tree, p, num_seeds):
+    """Sweep point p's agents (rows p * num_seeds to (p + 1) * num_seeds - 1) of every array."""
+    return jax.tree.map(lambda x: x[p * num_seeds:(p + 1) * num_seeds], tree)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Devices and processes
+
+
+def choose_devices(config, num_agents: int) -> list:
+    """The devices the agents are split over: all of them (every process's), or --num-devices of them; without
+    --num-devices on one process, the most that divide the agents. A split that does not divide is refused."""
+    devices = jax.devices()
+    what = f"{num_agents} agents (--num-seeds x sweep points)"
+    if jax.process_count() > 1:
+        if config.num_devices not in (None, len(devices)) or num_agents % len(devices):
+            raise ConfigError(f"{what} must split evenly over all {len(devices)} devices of the "
+                              f"{jax.process_count()} processes; use a multiple of {len(devices)} agents")
+        return devices
+    if config.num_devices is not None:
+        if config.num_devices > len(devices):
+            raise ConfigError(f"{flag('num_devices')} {config.num_devices}: this process sees {len(devices)} "
+                              "device(s)")
+        if num_agents % config.num_devices:
+            raise ConfigError(f"{what} do not divide over --num-devices {config.num_devices}; use a divisor of "
+                              f"{num_agents}")
+        return devices[:config.num_devices]
+    count = max(d for d in range(1, len(devices) + 1) if num_agents % d == 0)
+    if count < len(devices):
+        print(f"note: {what} do not divide over {len(devices)} devices; training on {count} "
+              "(--num-devices chooses)")
+    return devices[:count]
+
+
+def over_agents(fn, mesh, in_axes):
+    """jit(vmap(fn)) with the agent axis split over the mesh: each device runs the vmapped fn on its own agents
+    (shard_map), with no communication between devices; arguments with in_axes None are replicated."""
+    specs = tuple(PartitionSpec("agents") if a == 0 else PartitionSpec() for a in in_axes)
+    return jax.jit(jax.shard_map(jax.vmap(fn, in_axes=in_axes), mesh=mesh, in_specs=specs,
+                                 out_specs=PartitionSpec("agents"), check_vma=False))
+
+
+def to_agents(tree, sharding):
+    """Numpy arrays holding every agent's rows -> jax Arrays split over the agents' devices (each process places
+    only the rows of its own devices)."""
+    return jax.tree.map(lambda x: jax.make_array_from_callback(x.shape, sharding, lambda i: x[i]), tree)
+
+
+def local_agents(sharding, num_agents) -> list[int]:
+    """The agents this process trains."""
+    return [i for index in sharding.addressable_devices_indices_map((num_agents,)).values()
+            for i in range(num_agents)[index[0]]]
+
+
+def init_agents(init, sharding, keys, hparams):
+    """jit(vmap(init)) on each of this process's devices for that device's agents, one device after the other,
+    assembled into arrays split over the agents. One after the other: XLA:CPU (jax 0.10.2) deadlocked running
+    the orthogonal initialiser's QR decompositions on two host devices at once."""
+    jitted, shards = jax.jit(jax.vmap(init)), []
+    for device, index in sharding.addressable_devices_indices_map(keys.shape[:1]).items():
+        local = jax.device_put((keys[index], {k: v[index] for k, v in hparams.items()}), device)
+        shards.append(jax.block_until_ready(jitted(*local)))
+    return jax.tree.map(lambda *xs: jax.make_array_from_single_device_arrays(
+        (len(keys),) + xs[0].shape[1:], sharding, list(xs)), *shards)
+
+
+def gather(tree):
+    """Every agent's values as numpy on this host; with several processes a collective that all of them join."""
+    if jax.process_count() > 1:
+        return multihost_utils.process_allgather(tree, tiled=True)
+    return jax.device_get(tree)
+
+
+def broadcast(value: int) -> int:
+    """Process 0's value of an integer, on every process."""
+    if jax.process_count() == 1:
+        return value
+    return int(multihost_utils.broadcast_one_to_all(np.int32(value)))
+
+
+def any_process(value: int) -> int:
+    """The largest of an integer over all processes (e.g. a signal any of them received)."""
+    if jax.process_count() == 1:
+        return value
+    return int(np.max(multihost_utils.process_allgather(np.int32(value))))
+
+
+def barrier(name: str):
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices(name)

@@ -1,0 +1,55 @@
+"""Stopping a run where a chunk ends: on Ctrl-C or SIGTERM, and when training produced a NaN or an infinity."""
+
+import signal
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+class RunStopped(Exception):
+    """A run ended before its last chunk, its metrics and last good checkpoint written: `harness.main` prints the
+    message and exits with `code`."""
+
+    def __init__(self, message, code):
+        super().__init__(message)
+        self.code = code
+
+
+def all_finite(tree):
+    """True if no leaf of `tree` holds a NaN or an infinity: each iteration's `nonfinite` metric is its negation
+    over the agent's losses, parameters and optimizer moments (computed in the jit; the host reads it per chunk)."""
+    return jnp.all(jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(tree)]))
+
+
+def nonfinite_stop(names, first, flags, last_good, hint):
+    """RunStopped (exit 1) naming the agents and the first iteration whose `nonfinite` flag is set."""
+    rows, iterations = np.nonzero(flags)
+    bad = ", ".join(str(names[i]) for i in sorted(set(rows.tolist())))
+    kept = f"the last good checkpoint is at iteration {last_good}" if last_good else "no checkpoint was written"
+    return RunStopped(f"error: non-finite loss or parameters in seed(s) {bad}, first at iteration "
+                      f"{first + iterations.min()} (metrics.csv's numbering); training stopped, {kept}. "
+                      f"{hint[0].upper()}{hint[1:]}", 1)
+
+
+class StopRequest:
+    """SIGINT (Ctrl-C) or SIGTERM during training is remembered and acted on when the running chunk ends; a
+    second one stops at once. A context manager: the previous handlers come back on exit."""
+
+    def __enter__(self):
+        self.signal = None
+        self.previous = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc):
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+
+    def _handle(self, signum, frame):
+        if self.signal is not None:
+            self.__exit__()
+            raise KeyboardInterrupt
+        self.signal = signal.Signals(signum)
+        print(f"\n{self.signal.name}: stopping when this chunk ends (again to abort at once)", file=sys.stderr,
+              flush=True)

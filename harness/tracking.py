@@ -1,0 +1,44 @@
+"""Weights & Biases: one wandb run per sweep point (grouped by the run), which never stops training: a wandb failure
+becomes a one-line warning and the run goes on with its local files."""
+
+import dataclasses
+import sys
+
+
+def safe_wandb(fn, *args, **kwargs):
+    """Calls a wandb function; a failure becomes a one-line warning, never a stopped run."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as error:  # noqa: BLE001 - wandb may raise anything; training must go on
+        print(f"warning: wandb: {type(error).__name__}: {error}", file=sys.stderr)
+        return None
+
+
+def start_wandb(config, name, run_dir, group, values):
+    """A wandb run, its config holding the sweep point's values; None if wandb cannot start."""
+    try:
+        import wandb
+
+        return wandb.init(project=config.wandb_project, entity=config.wandb_entity, group=group, name=name,
+                          config={**dataclasses.asdict(config), **values}, dir=run_dir, reinit="create_new")
+    except Exception as error:  # noqa: BLE001
+        print(f"warning: wandb could not start ({type(error).__name__}: {error}); "
+              "training goes on with local files only", file=sys.stderr)
+        return None
+
+
+def finish_wandb(wandb_run, summary=None, image_paths=(), exit_code=0):
+    """Logs the images and the summary, then ends the run."""
+    def _finish():
+        import os
+
+        import wandb
+
+        if image_paths:
+            wandb_run.log({os.path.splitext(os.path.basename(p))[0]: wandb.Image(p) for p in image_paths})
+        if summary:
+            wandb_run.summary.update(summary)
+        wandb_run.finish(exit_code=exit_code)
+
+    if wandb_run is not None:
+        safe_wandb(_finish)

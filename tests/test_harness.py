@@ -1,0 +1,431 @@
+"""The harness (harness/), tested once: a run's outputs, chunks and checkpoints, --resume, --eval and --gif, Ctrl-C
+and non-finite stops, the shared flags, wandb and --profile. Where the algorithm decides the outcome (what its
+runner state holds, what its non-finite flag covers, how its policy acts), a test runs every case of CASES.
+
+Most tests call a script's `main(Config(...))` in this process (no import cost per run); CLI tests run a script as a
+user would."""
+
+import csv
+import dataclasses
+import gzip
+import importlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import ROOT, read_run
+from PIL import Image
+
+import harness
+from harness.checkpoints import Checkpoints
+from harness.run import chunk_ends
+from harness.scale import seed_keys
+
+# Per case (a script, and for dqn_tabular_q a learner): its module, a tiny run of 4 iterations with 2 agents, and what
+# plants a NaN: a learning rate that makes training diverge after at least one good iteration. These were found by
+# scanning learning rates on tiny runs (the first bad iteration is read from metrics.csv, not assumed).
+CASES = {
+    "ppo": ("ppo", dict(total_timesteps=4 * 512, num_seeds=2, log_every=1, eval_episodes=3),
+            dict(env="Pendulum-v1", learning_rate=10.0, total_timesteps=8 * 512, num_chunks=8)),
+    "reinforce": ("reinforce", dict(total_timesteps=4 * 512, num_seeds=2, train_v_iters=5, log_every=1,
+                                    eval_episodes=3),
+                  dict(env="Pendulum-v1", pi_lr=30.0, total_timesteps=8 * 512, num_chunks=8)),
+    "td3": ("td3", dict(total_timesteps=1024, log_every=256, learning_starts=256, batch_size=64, hidden_size=32,
+                        num_seeds=2, eval_episodes=2),
+            dict(learning_rate=1e8, learning_starts=512)),
+    "tabular_q": ("dqn_tabular_q", dict(agent="tabular", total_timesteps=4000, num_seeds=2, log_every=1,
+                                        eval_episodes=3),
+                  dict(learning_rate=10.0)),
+    "dqn": ("dqn_tabular_q", dict(env="CartPole-v1", agent="dqn", total_timesteps=4000, learning_starts=1000,
+                                  buffer_size=2000, batch_size=64, hidden_sizes=(32, 32), num_seeds=2, log_every=1,
+                                  eval_episodes=3),
+            dict(learning_rate=1e8)),
+}
+# An env of the same kind as the case's own, for a checkpoint that does not belong to its run directory.
+OTHER_ENV = {"td3": "MountainCarContinuous-v0", "tabular_q": "FrozenLake-misc"}
+
+
+def tiny_config(case, out_dir, **overrides):
+    """(module, config) of the case's tiny run in 4 chunks, as it trains (`resolve`d: dqn_tabular_q's learner)."""
+    name, tiny, _ = CASES[case]
+    module = importlib.import_module(name)
+    config = module.Config(**{**tiny, "num_chunks": 4, "out_dir": str(out_dir), **overrides})
+    return module, module.ALGORITHM.resolve(config)
+
+
+def cli_flags(config_fields):
+    flags = []
+    for key, value in config_fields.items():
+        values = value if isinstance(value, tuple) else (value,)
+        flags += [f"--{key.replace('_', '-')}", *map(str, values)]
+    return flags
+
+
+def exit_code_and_error(capsys, fn, *args):
+    """Runs fn(*args), which must exit: -> (exit code, its stderr's lines)."""
+    with pytest.raises(SystemExit) as exited:
+        fn(*args)
+    return exited.value.code, capsys.readouterr().err.strip().splitlines()
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.reader(f))
+
+
+def restore_params(module, config, run_dir):
+    """Every array of the newest checkpoint's runner state, as numpy."""
+    init, _ = module.make_train_parts(config)
+    abstract = jax.eval_shape(jax.vmap(init), seed_keys(config))
+    with Checkpoints(str(run_dir)) as checkpoints:
+        runner, _, step = checkpoints.restore("--eval", module.ALGORITHM.name_of(config), config, abstract, False)
+    return step, [np.asarray(x) for x in jax.tree.leaves(runner)]
+
+
+def checkpoint_steps(run_dir):
+    return sorted(int(p.name) for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Every case: the algorithm decides whether these hold.
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_uneven_chunks_equal_one_train(case, tmp_path):
+    """3 chunks of 4 iterations (2, 1, 1: two compiled scan lengths) give the numbers of one scan over every
+    iteration, bit for bit. (`make_train`, one fused program, agrees to float rounding: test_scale.py compares it
+    with a sweep's agents.)"""
+    module, config = tiny_config(case, tmp_path, num_chunks=3)
+    keys = seed_keys(config)
+    init, run = module.make_train_parts(config)
+    init, run = jax.jit(jax.vmap(init)), jax.jit(jax.vmap(run, in_axes=(0, 0, None)))
+    num = module.num_iterations(config)
+    whole_runner, whole = run(keys, init(keys), jnp.arange(num))
+    runner, parts, start = init(keys), [], 0
+    for end in chunk_ends(num, config.num_chunks):
+        runner, metrics = run(keys, runner, jnp.arange(start, end))
+        parts.append(metrics)
+        start = end
+    assert [p["env_steps"].shape[1] for p in parts] == [2, 1, 1]
+    for key in whole:
+        np.testing.assert_array_equal(np.concatenate([p[key] for p in parts], axis=1), whole[key], err_msg=key)
+    for got, expected in zip(jax.tree.leaves(runner), jax.tree.leaves(whole_runner), strict=True):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
+
+
+@pytest.fixture(scope="module")
+def finished_runs(tmp_path_factory):
+    """One finished tiny run per case (every checkpoint kept), made once, copied by the tests that change it."""
+    runs = {}
+    for case in CASES:
+        out_dir = tmp_path_factory.mktemp(case)
+        module, config = tiny_config(case, out_dir, run_name="whole", keep_checkpoints=4)
+        module.main(config)
+        runs[case] = out_dir / "whole"
+    return runs
+
+
+def copy_run(finished_runs, case, tmp_path):
+    run_dir = tmp_path / "runs" / "copy"
+    shutil.copytree(finished_runs[case], run_dir)
+    return run_dir
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_resume_equals_uninterrupted(case, finished_runs, tmp_path):
+    """A run cut after its second chunk (the newer checkpoints and the summary lost, metrics.csv holding rows
+    past the checkpoint, as after a crash mid-save) resumes to the same metrics and parameters: the checkpoint
+    holds all of the algorithm's state."""
+    module, config = tiny_config(case, tmp_path)
+    whole = finished_runs[case]
+    run_dir = copy_run(finished_runs, case, tmp_path)
+    steps = checkpoint_steps(run_dir)
+    assert len(steps) == 4
+    for step in steps[2:]:
+        shutil.rmtree(run_dir / "checkpoints" / str(step))
+    (run_dir / "summary.json").unlink()
+    module.main(dataclasses.replace(module.Config(), resume=str(run_dir)))
+    assert read_csv(run_dir / "metrics.csv") == read_csv(whole / "metrics.csv")
+    expected, got = (json.loads((d / "summary.json").read_text()) for d in (whole, run_dir))
+    for key in ("final_return", "eval_return", "env_steps"):
+        assert got[key] == expected[key], key
+    assert got["resumed_after_iteration"] == steps[1] and expected["resumed_after_iteration"] is None
+    (step_a, params_a), (step_b, params_b) = (restore_params(module, config, d) for d in (whole, run_dir))
+    assert step_a == step_b == steps[-1]
+    for a, b in zip(params_a, params_b, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_eval_reproduces_summary(case, finished_runs, capsys):
+    run_dir = finished_runs[case]
+    module = importlib.import_module(CASES[case][0])
+    summary = json.loads((run_dir / "summary.json").read_text())
+    capsys.readouterr()
+    module.main(module.Config(eval=str(run_dir)))
+    lines = capsys.readouterr().out.splitlines()
+    means = [line.split("mean ")[1].split()[0] for line in lines if line.startswith("seed ")]
+    assert means == [f"{r:.2f}" for r in summary["eval_return"]]
+    module.main(module.Config(eval=str(run_dir), seed_index=1, eval_episodes=1))
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("seed ")]
+    assert len(lines) == 1 and lines[0].startswith(f"seed {summary['seeds'][1]} (index 1)")
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_nonfinite_stops_run_and_keeps_last_good_checkpoint(case, tmp_path, capsys):
+    """A diverging run stops at the end of the chunk where a value first went non-finite, names the seeds and the
+    iteration, and keeps the checkpoint before it, finite."""
+    module, config = tiny_config(case, tmp_path / "runs", run_name="nan", **CASES[case][2])
+    code, err = exit_code_and_error(capsys, module.main, config)
+    run_dir = tmp_path / "runs" / "nan"
+    rows = read_csv(run_dir / "metrics.csv")
+    flagged = [(int(row[0]), int(row[1])) for row in rows[1:] if row[-1] == "True"]
+    assert rows[0][-1] == "nonfinite" and flagged, "the planted divergence did not happen"
+    first = min(u for _, u in flagged)
+    seeds = sorted({s for s, u in flagged if u == first})
+    chunk = module.num_iterations(config) // config.num_chunks
+    last_good = first // chunk * chunk
+    assert last_good > 0, "the plant diverges in the first chunk: no good checkpoint to check"
+    assert code == 1
+    assert err[-1].startswith(f"error: non-finite loss or parameters in seed(s) {', '.join(map(str, seeds))}, "
+                              f"first at iteration {first} "), err
+    assert f"the last good checkpoint is at iteration {last_good}" in err[-1]
+    assert not (run_dir / "summary.json").exists()
+    assert max(int(row[1]) for row in rows[1:]) == last_good + chunk - 1  # the bad chunk's rows are written too
+    step, params = restore_params(module, config, run_dir)
+    assert step == last_good and all(np.isfinite(p).all() for p in params if p.dtype.kind == "f")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The harness alone: one algorithm stands for all.
+
+
+def test_importing_the_harness_makes_no_backend_so_processes_can_start_first():
+    """A multi-process run must call jax.distributed.initialize before any JAX backend exists; scripts import the
+    harness, call start_processes, then import envs (gymnax makes a backend at import)."""
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    code = ("import harness\n"
+            "from jax._src import xla_bridge\n"
+            "assert not xla_bridge.backends_are_initialized()\n"
+            f"harness.start_processes(['--coordinator-address', 'localhost:{port}', '--num-processes', '1'])\n"
+            "import jax, envs\n"
+            "print(jax.process_count(), jax.distributed.is_initialized())\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["1", "True"]
+
+
+def test_run_writes_every_output(run_script, tmp_path):
+    result = run_script("ppo.py", "--num-seeds", "2", "--total-timesteps", "2048", "--log-every", "1",
+                        "--run-name", "small", "--track")
+    assert result.returncode == 0, result.stderr
+    assert "compiled in" in result.stdout and "iteration      4  env_steps       2048" in result.stdout
+    run_dir, summary = read_run(tmp_path / "runs")
+    assert run_dir.name == "small"
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["algo"] == "ppo" and config["num_seeds"] == 2 and config["learning_rate"] == 2.5e-4
+    assert set(summary) == {"algo", "env", "num_seeds", "seeds", "total_timesteps", "env_steps", "compile_s",
+                            "train_s", "sps", "final_return", "eval_return", "resumed_after_iteration", "num_devices",
+                            "num_processes", "sweep_point"}
+    assert summary["algo"] == "ppo" and summary["env_steps"] == 2048 and summary["seeds"] == [0, 1]
+    assert summary["resumed_after_iteration"] is None and summary["sweep_point"] is None
+    assert summary["sps"] == pytest.approx(2048 * 2 / summary["train_s"])
+    assert len(summary["final_return"]) == 2 and all(r is not None and r > 0 for r in summary["eval_return"])
+    rows = read_csv(run_dir / "metrics.csv")
+    assert rows[0][:3] == ["seed", "iteration", "env_steps"] and rows[0][-1] == "nonfinite"
+    assert [row[:3] for row in rows[1:3]] == [["0", "0", "512"], ["1", "0", "512"]] and len(rows) == 1 + 2 * 4
+    assert (run_dir / "learning_curve.png").stat().st_size > 1000
+    assert checkpoint_steps(run_dir) == [4]
+    offline = list((run_dir / "wandb").glob("offline-run-*"))
+    assert len(offline) == 1 and any(offline[0].glob("*.wandb"))
+
+
+def test_wandb_failure_does_not_stop_training(tmp_path, capsys, monkeypatch):
+    import ppo
+
+    monkeypatch.setenv("WANDB_MODE", "not-a-mode")
+    ppo.main(ppo.Config(track=True, total_timesteps=1024, out_dir=str(tmp_path / "runs")))
+    assert "warning: wandb could not start" in capsys.readouterr().err
+    read_run(tmp_path / "runs")
+
+
+def test_help_lists_the_shared_flags_and_what_can_be_swept(run_script):
+    result = run_script("ppo.py", "--help", add_out_dir=False)
+    assert result.returncode == 0
+    for flag in ("--env", "--seed", "--num-seeds", "--total-timesteps", "--track", "--wandb-project",
+                 "--wandb-entity", "--wandb-group", "--out-dir", "--run-name", "--log-every", "--num-chunks",
+                 "--resume", "--eval", "--gif", "--sweep", "--num-devices", "--coordinator-address",
+                 "--learning-rate", "--num-minibatches", "--clip-coef"):  # the last ones: ppo's own
+        assert flag in result.stdout, flag
+    assert "PPO ratio clipping epsilon" in result.stdout  # each field's docstring is its help line
+    assert "--sweep can vary: learning_rate (lr), max_grad_norm, gamma" in result.stdout
+
+
+def test_shared_flags_are_checked_before_anything_is_written(tmp_path):
+    import ppo
+
+    config = ppo.Config(out_dir=str(tmp_path / "runs"))
+    bad = [
+        (dict(env="CartPol-v1"), "--env: unknown env 'CartPol-v1': did you mean CartPole-v1"),
+        (dict(num_seeds=-2), "--num-seeds must be a positive integer, got -2"),
+        (dict(total_timesteps=0), "--total-timesteps must be a positive integer"),
+        (dict(eval_episodes=0), "--eval-episodes must be a positive integer"),
+        (dict(num_chunks=0), "--num-chunks must be a positive integer"),
+        (dict(num_chunks=977), "--num-chunks 977 is more than the 976 iterations of this run"),
+        (dict(seed=-1), "--seed -1 with --num-seeds 1: the seeds must lie in 0 to 4294967295"),
+        (dict(seed=2**32 - 1, num_seeds=2), "the seeds must lie in 0 to 4294967295"),
+        (dict(num_devices=0), "--num-devices must be a positive integer"),
+        (dict(num_processes=2), "a multi-process run needs --coordinator-address"),
+        (dict(num_processes=2, coordinator_address="localhost:1", process_id=2), "--process-id 2 must lie in 0 to"),
+    ]
+    for overrides, message in bad:
+        with pytest.raises(harness.ConfigError) as error:
+            harness.check(ppo.ALGORITHM, dataclasses.replace(config, **overrides))
+        assert message in str(error.value) and "\n" not in str(error.value), overrides
+    assert harness.check(ppo.ALGORITHM, dataclasses.replace(config, seed=2**32 - 2, num_seeds=2))
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--env", "CartPol-v1"], "error: --env: unknown env 'CartPol-v1': did you mean CartPole-v1"),
+    (["--num-processes", "2"], "error: a multi-process run needs --coordinator-address"),
+])
+def test_cli_bad_flag_exits_2_with_one_line(run_script, tmp_path, args, message):
+    result = run_script("ppo.py", *args)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(message), lines
+    assert not (tmp_path / "runs").exists()
+
+
+def test_uneven_chunks_write_a_checkpoint_each_and_the_same_metrics(finished_runs, tmp_path):
+    """--num-chunks 3 on 4 iterations: checkpoints after 2, 3 and 4, and metrics.csv as with 4 chunks."""
+    module, config = tiny_config("tabular_q", tmp_path, num_chunks=3, run_name="three", keep_checkpoints=3)
+    module.main(config)
+    assert checkpoint_steps(tmp_path / "three") == [2, 3, 4]
+    assert read_csv(tmp_path / "three" / "metrics.csv") == read_csv(finished_runs["tabular_q"] / "metrics.csv")
+
+
+@pytest.mark.slow  # gymnax draws classic-control frames through gymnasium and pygame: ~0.2 s a frame
+def test_eval_draws_one_episode(finished_runs, tmp_path, capsys):
+    """--gif: one episode of the chosen agent as an animated gif, a frame per step; an env gymnax cannot draw
+    (GridWorld) exits 2 before anything is loaded."""
+    import dqn_tabular_q
+    import ppo
+
+    gif = tmp_path / "episode.gif"
+    code, err = exit_code_and_error(capsys, dqn_tabular_q.main,
+                                    dqn_tabular_q.Config(eval=str(finished_runs["tabular_q"]), gif=str(gif)))
+    assert code == 2 and len(err) == 1 and "--gif: gymnax cannot draw GridWorld-v0" in err[0], err
+    assert not gif.exists()
+    summary = json.loads((finished_runs["ppo"] / "summary.json").read_text())
+    ppo.main(ppo.Config(eval=str(finished_runs["ppo"]), seed_index=1, gif=str(gif)))
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("one episode")]
+    words = line.split()
+    episode_return, length = float(words[words.index("return") + 1]), int(words[words.index("in") + 1])
+    assert line.startswith(f"one episode of seed {summary['seeds'][1]} (index 1)")
+    with Image.open(gif) as image:
+        assert image.format == "GIF" and image.n_frames == length
+    assert episode_return == length  # CartPole: +1 per step
+
+
+@pytest.mark.slow
+def test_sigint_leaves_a_resumable_run(finished_runs, run_script, tmp_path):
+    """Ctrl-C during a run (here as soon as it starts compiling): the first chunk ends, metrics and a checkpoint
+    are written, the exit code is 130; --resume completes the run to the numbers of an uninterrupted one."""
+    _, tiny, _ = CASES["ppo"]
+    flags = cli_flags({**tiny, "num_chunks": 4, "run_name": "cut", "out_dir": tmp_path / "runs"})
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path)}
+    process = subprocess.Popen([sys.executable, str(ROOT / "ppo.py"), *flags], cwd=tmp_path, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in process.stdout:  # the signal handler is in place once the run's first line is out
+        if "run dir" in line:
+            break
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=600)
+    run_dir = tmp_path / "runs" / "cut"
+    assert process.returncode == 130, err
+    assert f"continue with: python ppo.py --resume {run_dir}" in err
+    assert not (run_dir / "summary.json").exists()
+    assert checkpoint_steps(run_dir) == [1]
+    result = run_script("ppo.py", "--resume", str(run_dir), add_out_dir=False)
+    assert result.returncode == 0, result.stderr
+    assert "resuming after iteration 1 of 4" in result.stdout
+    assert read_csv(run_dir / "metrics.csv") == read_csv(finished_runs["ppo"] / "metrics.csv")
+
+
+def damage_newest_checkpoint(run_dir):
+    newest = run_dir / "checkpoints" / str(checkpoint_steps(run_dir)[-1])
+    for path in newest.rglob("*"):
+        if path.is_file() and path.suffix != ".json" and path.stat().st_size > 0:
+            path.write_bytes(b"\0" * 16)
+
+
+def test_bad_resume_and_eval_exit_2_and_change_nothing(finished_runs, tmp_path, capsys):
+    import ppo
+
+    run_dir = copy_run(finished_runs, "ppo", tmp_path)
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "config.json").write_text(json.dumps({"algo": "td3"}))
+    cases = [
+        (dict(resume=str(tmp_path / "nowhere")), "--resume: no run directory"),
+        (dict(eval=str(tmp_path / "nowhere")), "--eval: no run directory"),
+        (dict(resume=str(foreign)), "is a run of td3, not of ppo; use that script"),
+        (dict(eval=str(tmp_path)), "is missing or unreadable; is"),
+        (dict(resume=str(run_dir), seed=7), "--seed 7 (run: 0) would change the run's results"),
+        (dict(eval=str(run_dir), seed_index=2), "--seed-index 2 is out of range: the run has 2 agents"),
+    ]
+    for overrides, message in cases:
+        code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(**overrides))
+        assert code == 2 and len(err) == 1 and err[0].startswith("error: ") and message in err[0], (overrides, err)
+
+    other_env = tmp_path / "other-env"  # a checkpoint of another env in this run's directory
+    shutil.copytree(run_dir, other_env)
+    saved = json.loads((other_env / "config.json").read_text())
+    (other_env / "config.json").write_text(json.dumps({**saved, "env": "Acrobot-v1"}))
+    code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(eval=str(other_env)))
+    assert code == 2 and "does not belong to this run directory" in err[0], err
+
+    damage_newest_checkpoint(run_dir)
+    code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(resume=str(run_dir)))
+    assert code == 2 and len(err) == 1 and "cannot be read" in err[0] and "damaged" in err[0], err
+    shutil.rmtree(run_dir / "checkpoints")
+    code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(resume=str(run_dir)))
+    assert code == 2 and len(err) == 1 and "has no checkpoint" in err[0], err
+    after = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    assert {p: b for p, b in before.items() if "checkpoints" not in p.parts} == after
+
+
+def test_profile_writes_a_trace_of_the_training_run(tmp_path, capsys):
+    import ppo
+
+    ppo.main(ppo.Config(total_timesteps=1024, profile=True, run_name="profiled", out_dir=str(tmp_path / "runs")))
+    traces = list((tmp_path / "runs" / "profiled" / "profile").rglob("*.trace.json.gz"))
+    assert len(traces) == 1
+    events = json.loads(gzip.decompress(traces[0].read_bytes()))["traceEvents"]
+    # The compiled training program ran under the profiler: XLA's executor shows up in the trace.
+    assert any("ThunkExecutor" in str(event.get("name", "")) for event in events)
+    assert "profiler trace in" in capsys.readouterr().out
+
+
+def test_evaluation_key_is_no_key_of_init():
+    """fold_in(key, i) equals split(key, n)[i]; the evaluation key is folded with a number no split reaches."""
+    from harness.evaluation import evaluation_keys
+
+    key = jax.random.PRNGKey(3)
+    np.testing.assert_array_equal(jax.random.fold_in(key, 1), jax.random.split(key, 4)[1])  # why it matters
+    evaluation = evaluation_keys(np.asarray(key)[None])[0]
+    assert not any(np.array_equal(evaluation, k) for k in np.asarray(jax.random.split(key, 64)))
+    assert not np.array_equal(evaluation, np.asarray(key))
