@@ -109,6 +109,11 @@ SWEEPABLE = {
 }
 
 
+def default_hparams(config: Config) -> dict:
+    """The resolved config's SWEEPABLE values as float32 arrays: an agent's hyperparameters without a sweep."""
+    return {k: jnp.float32(getattr(config, k)) for k in SWEEPABLE[config.agent]}
+
+
 def linear_epsilon(config: Config, hp, env_steps):
     """Epsilon after `env_steps` env steps: linear from start_e to end_e, then flat (`hp`: the agent's
     hyperparameters, as in `default_hparams`)."""
@@ -184,7 +189,7 @@ def make_tabular_train(config: Config, log_fn=None):
     steps_per_update = config.num_envs * config.num_steps
 
     def init(rng, hparams=None):
-        hparams = {k: jnp.float32(getattr(config, k)) for k in SWEEPABLE[config.agent]} if hparams is None else hparams
+        hparams = default_hparams(config) if hparams is None else hparams
         rng, key_reset = jax.random.split(rng)
         obs, env_state = env.reset(key_reset, env_params)
         return TabularState(jnp.zeros((num_states, num_actions), jnp.float32), env_state, index(obs), rng, hparams)
@@ -334,7 +339,7 @@ def make_dqn_train(config: Config, log_fn=None):
     td_loss = optax.huber_loss if config.loss == "huber" else optax.squared_error
 
     def init(rng, hparams=None):
-        hparams = {k: jnp.float32(getattr(config, k)) for k in SWEEPABLE[config.agent]} if hparams is None else hparams
+        hparams = default_hparams(config) if hparams is None else hparams
         rng, key_init, key_reset = jax.random.split(rng, 3)
         obs, env_state = env.reset(key_reset, env_params)
         params = network.init(key_init, obs[0])

@@ -57,10 +57,10 @@ def main(algorithm, config=None):
 
 def describe(algorithm) -> str:
     """--help's description: the first paragraph of the script's docstring and the fields --sweep can vary."""
-    doc = sys.modules[algorithm.make_train_parts.__module__].__doc__ or ""
+    summary = (sys.modules[algorithm.make_train_parts.__module__].__doc__ or "").strip().split("\n\n")[0]
     alias = {field: short for short, field in algorithm.aliases.items()}
     fields = algorithm.sweep_help or ", ".join(f"{k} ({alias[k]})" if k in alias else k for k in algorithm.sweepable)
-    return f"{doc.strip().split(chr(10) * 2)[0]}\n\n--sweep can vary: {fields}"
+    return f"{summary}\n\n--sweep can vary: {fields}"
 
 
 def check(algorithm, config):
