@@ -517,7 +517,7 @@ TABLE_HEAD = ("| algo | framework | mode | median ms per update | time / PyTorch
 def format_row(row: Row, eager_ms: float) -> str:
     if row.ms is None:
         return f"| {row.algo} | {row.framework} | {row.mode} | failed: {row.error} | |"
-    return f"| {row.algo} | {row.framework} | {row.mode} | {row.ms:.3f} | {row.ms / eager_ms:.2f} |"
+    return f"| {row.algo} | {row.framework} | {row.mode} | {row.ms:.3f} | {row.ms / eager_ms:.3g} |"
 
 
 def print_row(row: Row, eager_ms: float):
