@@ -1,11 +1,14 @@
 """Value-based control: tabular Q-learning (Watkins 1989) when the env has a finite state space, DQN (Mnih et
-al. 2015; optionally double DQN, van Hasselt et al. 2016) when it does not.
+al. 2015; optionally double DQN, van Hasselt et al. 2016) when it does not, and PQN (Gallici et al. 2024,
+"Simplifying Deep Temporal Difference Learning"): Q(lambda) over rollouts of many parallel envs, with a LayerNorm
+Q-network and neither replay buffer nor target network.
 
 The whole training run is one `lax.scan` inside one `jax.jit`, and `jax.vmap` trains `--num-seeds` agents at
 once; the Q-table (or the Q-network, its target network and the replay buffer) lives in the scan carry:
 
     python dqn_tabular_q.py --env GridWorld-v0 --num-seeds 30
     python dqn_tabular_q.py --env CartPole-v1 --num-seeds 4
+    python dqn_tabular_q.py --env CartPole-v1 --agent pqn --num-seeds 30
 
 Writes `<out-dir>/<run-name>/`: config.json, metrics.csv (one row per update and agent), learning_curve.png,
 summary.json and, on GridWorld-v0, q_values.png (max_a Q per cell with the greedy actions); with `--track`,
@@ -13,6 +16,7 @@ a wandb run as well. All but the algorithm is the harness's (harness/).
 """
 
 import dataclasses
+import functools
 import os
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
@@ -44,23 +48,28 @@ class Config(harness.Flags):
     """environment id: any gymnax id, or one of ours (see envs.list_envs())"""
     log_every: int = 50
     """print progress (and log to wandb) every this many updates"""
-    agent: Literal["auto", "tabular", "dqn"] = "auto"
+    agent: Literal["auto", "tabular", "dqn", "pqn"] = "auto"
     """auto: a Q-table for finite-state envs (GridWorld-v0, FrozenLake-misc), DQN otherwise"""
-    # shared by both agents; None takes the agent's default, shown in brackets
+    # shared by the agents; None takes the agent's default, shown in brackets
     num_envs: int | None = None
-    """parallel envs per agent [tabular 1: one env per agent, as in the classic setting; dqn 10]"""
+    """parallel envs per agent [tabular 1: one env per agent, as in the classic setting; dqn 10; pqn 32]"""
     num_steps: int | None = None
-    """steps per env in each update, one metrics row [tabular 1000; dqn 100]"""
+    """steps per env in each update, one metrics row [tabular 1000; dqn 100; pqn 64]"""
     learning_rate: float | None = None
-    """step size [tabular 0.1; dqn 2.5e-4, Adam]"""
+    """step size [tabular 0.1; dqn 2.5e-4, Adam; pqn 5e-4, RAdam]"""
     gamma: float | None = None
-    """discount factor [tabular 0.9; dqn 0.99]"""
+    """discount factor [tabular 0.9; dqn, pqn 0.99]"""
     start_e: float | None = None
-    """epsilon of the epsilon-greedy policy at the start [tabular 0.1; dqn 1.0]"""
+    """epsilon of the epsilon-greedy policy at the start [tabular 0.1; dqn, pqn 1.0]"""
     end_e: float | None = None
-    """epsilon at the end of the decay [tabular 0.1, i.e. constant; dqn 0.05]"""
-    exploration_fraction: float = 0.5
-    """fraction of total-timesteps over which epsilon decays linearly from start-e to end-e"""
+    """epsilon at the end of the decay [tabular 0.1, i.e. constant; dqn, pqn 0.05]"""
+    exploration_fraction: float | None = None
+    """fraction of total-timesteps over which epsilon decays linearly from start-e to end-e [tabular, dqn 0.5;
+    pqn 0.2]"""
+    anneal_lr: bool = True
+    """anneal the learning rate of dqn and pqn linearly to 0 over training"""
+    hidden_sizes: tuple[int, ...] = (120, 84)
+    """widths of the Q-network's hidden layers (ReLU; pqn puts a LayerNorm before each ReLU)"""
     # DQN only
     buffer_size: int = 10_000
     """replay buffer capacity in transitions (a ring buffer per agent)"""
@@ -78,15 +87,24 @@ class Config(harness.Flags):
     """TD loss: mean squared error or Huber (smooth L1)"""
     double_dqn: bool = False
     """double DQN target: the online network picks the next action, the target network values it"""
-    anneal_lr: bool = True
-    """anneal the DQN learning rate linearly, reaching 0 after total-timesteps / train-frequency gradient steps"""
-    hidden_sizes: tuple[int, ...] = (120, 84)
-    """widths of the Q-network's hidden layers (ReLU)"""
+    # PQN only
+    q_lambda: float = 0.8
+    """lambda of the Q(lambda) targets: 0 is the one-step target, 1 the Monte Carlo return"""
+    update_epochs: int = 4
+    """passes over each rollout"""
+    num_minibatches: int = 16
+    """minibatches per pass; they must divide num-envs x num-steps"""
+    max_grad_norm: float = 10.0
+    """gradients are clipped to this global norm"""
 
 
 AGENT_DEFAULTS = {
-    "tabular": dict(num_envs=1, num_steps=1000, learning_rate=0.1, gamma=0.9, start_e=0.1, end_e=0.1),
-    "dqn": dict(num_envs=10, num_steps=100, learning_rate=2.5e-4, gamma=0.99, start_e=1.0, end_e=0.05),
+    "tabular": dict(num_envs=1, num_steps=1000, learning_rate=0.1, gamma=0.9, start_e=0.1, end_e=0.1,
+                    exploration_fraction=0.5),
+    "dqn": dict(num_envs=10, num_steps=100, learning_rate=2.5e-4, gamma=0.99, start_e=1.0, end_e=0.05,
+                exploration_fraction=0.5),
+    "pqn": dict(num_envs=32, num_steps=64, learning_rate=5e-4, gamma=0.99, start_e=1.0, end_e=0.05,
+                exploration_fraction=0.2),
 }
 
 
@@ -102,10 +120,11 @@ def resolve(config: Config) -> Config:
 
 
 # Config fields that enter the jitted code as arrays, one value per agent: --sweep may vary them in one program
-# (--sweep lr=... is learning_rate). Per agent: tau only moves DQN's target network; the tabular agent has none.
+# (--sweep lr=... is learning_rate). Per agent: tau only moves DQN's target network, q_lambda only PQN's targets.
 SWEEPABLE = {
     "tabular": ("learning_rate", "gamma", "start_e", "end_e", "exploration_fraction"),
     "dqn": ("learning_rate", "gamma", "start_e", "end_e", "exploration_fraction", "tau"),
+    "pqn": ("learning_rate", "gamma", "start_e", "end_e", "exploration_fraction", "q_lambda"),
 }
 
 
@@ -244,14 +263,18 @@ def make_tabular_train(config: Config, log_fn=None):
 
 
 class QNetwork(nn.Module):
+    """An MLP from observations to one Q-value per action; PQN's has a LayerNorm before each hidden ReLU."""
+
     num_actions: int
     hidden_sizes: tuple[int, ...]
+    layer_norm: bool = False
 
     @nn.compact
     def __call__(self, obs):
         x = obs.astype(jnp.float32)
         for size in self.hidden_sizes:
-            x = nn.relu(nn.Dense(size)(x))
+            x = nn.Dense(size)(x)
+            x = nn.relu(nn.LayerNorm()(x) if self.layer_norm else x)
         return nn.Dense(self.num_actions)(x)
 
 
@@ -438,6 +461,137 @@ def make_dqn_train(config: Config, log_fn=None):
     return init, run
 
 
+# ----------------------------------------------------------------------------------------------------------
+# PQN
+
+
+class PQNTransition(NamedTuple):
+    obs: jax.Array
+    action: jax.Array
+    reward: jax.Array
+    terminated: jax.Array  # the episode ended in a terminal state: nothing to bootstrap from
+    done: jax.Array  # the episode ended (terminated or truncated): the next step's obs starts a new one
+    next_obs: jax.Array  # the true next observation, also where the env reset (info["final_observation"])
+
+
+class PQNState(NamedTuple):
+    train_state: TrainState
+    env_state: object
+    obs: jax.Array
+    rng: jax.Array
+    hparams: dict  # this agent's values of the SWEEPABLE fields, as arrays (a sweep gives each agent its own)
+
+
+def q_lambda_targets(reward, terminated, done, next_value, gamma, q_lambda):
+    """Peng's Q(lambda) returns over a rollout (time first): G_t = r_t + gamma * (1 - terminated_t) *
+    ((1 - lambda) * V_t + lambda * G_{t+1}), with V_t = max_a Q(s_{t+1}, a) of the true next observation. Where an
+    episode ended at t (or the rollout does), G_{t+1} belongs to another episode and V_t stands alone: a truncated
+    episode bootstraps from its last observation, a terminated one from 0."""
+
+    def _step(next_return, step):
+        reward, terminated, done, next_value = step
+        blend = next_value + q_lambda * (1.0 - done) * (next_return - next_value)
+        target = reward + gamma * (1.0 - terminated) * blend
+        return target, target
+
+    _, targets = jax.lax.scan(_step, next_value[-1], (reward, terminated, done, next_value), reverse=True)
+    return targets
+
+
+def make_pqn_train(config: Config, log_fn=None):
+    """PQN: `num_envs` envs step `num_steps` times epsilon-greedily; Q(lambda) targets over the rollout; then
+    `update_epochs` passes of `num_minibatches` gradient steps of the TD loss (RAdam, clipped gradients) on it.
+    -> (init, run), as `make_train_parts`."""
+    env, env_params = envs.make_vec(config.env, config.num_envs)
+    network = QNetwork(env.action_space(env_params).n, config.hidden_sizes, layer_norm=True)
+    batch_size = config.num_envs * config.num_steps
+    minibatch_size = batch_size // config.num_minibatches
+    anneal = optax.identity()
+    if config.anneal_lr:
+        anneal = optax.scale_by_schedule(optax.linear_schedule(
+            1.0, 0.0, num_iterations(config) * config.update_epochs * config.num_minibatches))
+
+    def make_optimizer(learning_rate):
+        return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.radam(learning_rate), anneal)
+
+    # As DQN's: the learning rate an array in the optimizer state, Adam's moments one flat vector.
+    tx = optax.flatten(optax.inject_hyperparams(make_optimizer)(learning_rate=config.learning_rate))
+    td_loss = optax.huber_loss if config.loss == "huber" else optax.squared_error
+
+    def init(rng, hparams=None):
+        hparams = default_hparams(config) if hparams is None else hparams
+        rng, key_init, key_reset = jax.random.split(rng, 3)
+        obs, env_state = env.reset(key_reset, env_params)
+        train_state = TrainState.create(apply_fn=network.apply, params=network.init(key_init, obs[0]), tx=tx)
+        opt_state = train_state.opt_state
+        injected = {k: jnp.asarray(hparams[k], jnp.float32) for k in opt_state.hyperparams}
+        train_state = train_state.replace(opt_state=opt_state._replace(hyperparams=injected))
+        return PQNState(train_state, env_state, obs, rng, hparams)
+
+    def run(agent, state, updates):
+        hp = state.hparams  # this agent's hyperparameters (arrays, constant over training)
+
+        def _env_step(carry, step_input):
+            params, env_state, obs, episodes, reward_sum, epsilon = carry
+            bits, key_step = step_input
+            action = epsilon_greedy_with_random_ties(network.apply(params, obs), bits, epsilon)
+            next_obs, env_state, reward, terminated, _, info = env.step(key_step, env_state, action, env_params)
+            transition = PQNTransition(obs, action, reward, terminated.astype(jnp.float32),
+                                       info["episode_done"].astype(jnp.float32), info["final_observation"])
+            episodes, reward_sum = episodes + info["episode_done"], reward_sum + reward
+            return (params, env_state, next_obs, episodes, reward_sum, epsilon), transition
+
+        def _loss_fn(params, obs, action, target):
+            q = jnp.take_along_axis(network.apply(params, obs), action[:, None], -1).squeeze(-1)
+            return td_loss(q, target).mean(), q.mean()
+
+        def _update_minibatch(train_state, minibatch):
+            (loss, q_mean), grads = jax.value_and_grad(_loss_fn, has_aux=True)(train_state.params, *minibatch)
+            return train_state.apply_gradients(grads=grads), (loss, q_mean)
+
+        def _update_epoch(batch, train_state, key):
+            order = jax.random.permutation(key, batch_size)
+            minibatches = jax.tree.map(lambda x: x[order].reshape(config.num_minibatches, minibatch_size,
+                                                                  *x.shape[1:]), batch)
+            return jax.lax.scan(_update_minibatch, train_state, minibatches)
+
+        def _update_step(state, update):
+            train_state, env_state, obs, rng, hparams = state
+            rng, key_bits, key_steps, key_epochs = jax.random.split(rng, 4)
+            bits = jax.random.bits(key_bits, (config.num_steps, config.num_envs), jnp.uint32)
+            step_keys = jax.random.split(key_steps, config.num_steps)
+            epsilon = linear_epsilon(config, hp, update * batch_size)
+            counters = jnp.zeros(config.num_envs, jnp.int32), jnp.zeros(config.num_envs, jnp.float32)
+            (_, env_state_end, obs, episodes, reward_sum, _), batch = jax.lax.scan(
+                _env_step, (train_state.params, env_state, obs, *counters, epsilon), (bits, step_keys))
+            # max_a Q of every true next observation in one batched pass, with the parameters that acted.
+            next_value = network.apply(train_state.params, batch.next_obs).max(-1)
+            targets = q_lambda_targets(batch.reward, batch.terminated, batch.done, next_value, hp["gamma"],
+                                       hp["q_lambda"])
+            flat = jax.tree.map(lambda x: x.reshape(batch_size, *x.shape[2:]), (batch.obs, batch.action, targets))
+            train_state, (loss, q_mean) = jax.lax.scan(
+                functools.partial(_update_epoch, flat), train_state, jax.random.split(key_epochs, config.update_epochs))
+            metrics = {
+                "env_steps": (update + 1) * batch_size,
+                **episode_metrics(env_state, env_state_end, episodes, reward_sum, config.num_steps),
+                "epsilon": epsilon,
+                "loss/td": loss.mean(),
+                "q_value": q_mean.mean(),
+                "nonfinite": ~harness.all_finite((loss, train_state)),  # checked by the host after each chunk
+            }
+            if log_fn is not None:
+                jax.lax.cond(
+                    (update + 1) % config.log_every == 0,
+                    lambda: jax.debug.callback(log_fn, agent, update, metrics),
+                    lambda: None,
+                )
+            return PQNState(train_state, env_state_end, obs, rng, hparams), metrics
+
+        return jax.lax.scan(_update_step, state, updates)
+
+    return init, run
+
+
 def num_iterations(config: Config) -> int:
     """Updates, the iterations of the training scan: num_steps steps of every env (and their learning) each."""
     return config.total_timesteps // (config.num_envs * config.num_steps)
@@ -448,12 +602,12 @@ def make_train_parts(config: Config, log_fn=None):
     harness.Algorithm)."""
     if config.agent == "tabular":
         return make_tabular_train(config, log_fn)
-    return make_dqn_train(config, log_fn)
+    return (make_dqn_train if config.agent == "dqn" else make_pqn_train)(config, log_fn)
 
 
 def make_train(config: Config, log_fn=None):
     """`train(rng) -> (runner, metrics)`: one agent's whole run for a resolved config, pure and jittable; the runner
-    is a `TabularState` or a `DQNState`, metrics have an update axis."""
+    is a `TabularState`, a `DQNState` or a `PQNState`, metrics have an update axis."""
     init, run = make_train_parts(config, log_fn)
     return lambda rng: run(rng, init(rng), jnp.arange(num_iterations(config)))
 
@@ -463,7 +617,7 @@ def greedy_q_function(config: Config, runner):
     env, env_params = envs.make(config.env)
     if config.agent == "tabular":
         return lambda obs: runner.q_table[jax.vmap(lambda o: envs.state_index(env, env_params, o))(obs)]
-    network = QNetwork(env.action_space(env_params).n, config.hidden_sizes)
+    network = QNetwork(env.action_space(env_params).n, config.hidden_sizes, layer_norm=config.agent == "pqn")
     return lambda obs: network.apply(runner.train_state.params, obs)
 
 
@@ -541,8 +695,9 @@ def validate(config: Config):
     """Raises harness.ConfigError for what the resolved config's learner cannot train (the harness checks the shared
     flags and --env)."""
     harness.require_positive(config, "num_envs", "num_steps", "learning_rate", "buffer_size", "batch_size",
-                             "train_frequency", "target_network_frequency", "tau")
-    harness.require_between(config, 0, 1, "gamma", "start_e", "end_e", "exploration_fraction", "tau")
+                             "train_frequency", "target_network_frequency", "tau", "update_epochs", "num_minibatches",
+                             "max_grad_norm")
+    harness.require_between(config, 0, 1, "gamma", "start_e", "end_e", "exploration_fraction", "tau", "q_lambda")
     harness.require_between(config, 0, float("inf"), "learning_starts")
     if not all(size > 0 for size in config.hidden_sizes):
         raise harness.ConfigError(f"--hidden-sizes must be positive integers, got {config.hidden_sizes}")
@@ -553,9 +708,10 @@ def validate(config: Config):
     if config.agent == "tabular" and envs.num_states(env, env_params) is None:
         raise harness.ConfigError(f"--agent tabular needs a finite-state env (GridWorld-v0, FrozenLake-misc); "
                                   f"{config.env} has continuous observations: use --agent dqn or auto")
-    if config.agent == "tabular" and "tau" in harness.swept(ALGORITHM, config):
-        raise harness.ConfigError("--sweep tau: the tabular agent has no target network; sweepable for tabular_q: "
-                                  f"{', '.join(SWEEPABLE['tabular'])}")
+    for name in harness.swept(ALGORITHM, config):
+        if name not in SWEEPABLE[config.agent] and any(name in fields for fields in SWEEPABLE.values()):
+            raise harness.ConfigError(f"--sweep {name}: {algo_name(config)} does not use it; sweepable for "
+                                      f"{algo_name(config)}: {', '.join(SWEEPABLE[config.agent])}")
     steps_per_update = config.num_envs * config.num_steps
     if config.total_timesteps < steps_per_update:
         raise harness.ConfigError(f"--total-timesteps {config.total_timesteps} is smaller than one update "
@@ -568,6 +724,9 @@ def validate(config: Config):
         if config.buffer_size < max(config.batch_size, config.num_envs):
             raise harness.ConfigError(f"--buffer-size {config.buffer_size} must hold at least one batch (--batch-size "
                                       f"{config.batch_size}) and one step of every env (--num-envs {config.num_envs})")
+    if config.agent == "pqn" and steps_per_update % config.num_minibatches:
+        raise harness.ConfigError(f"--num-minibatches {config.num_minibatches} must divide the rollout, --num-envs x "
+                                  f"--num-steps = {steps_per_update}")
 
 
 METRIC_KEYS = {
@@ -575,18 +734,21 @@ METRIC_KEYS = {
     "dqn": ("env_steps", "episodes", "episode_return", "episode_length", "epsilon", "loss/td", "q_value",
             "nonfinite"),
 }
+METRIC_KEYS["pqn"] = METRIC_KEYS["dqn"]
 
 
 def algo_name(config: Config) -> str:
-    """tabular_q or dqn, for a resolved config: the run directory's and the checkpoint's name of the algorithm."""
-    return "tabular_q" if config.agent == "tabular" else "dqn"
+    """tabular_q, dqn or pqn, for a resolved config: the run directory's and the checkpoint's name of the
+    algorithm."""
+    return "tabular_q" if config.agent == "tabular" else config.agent
 
 
 ALGORITHM = harness.Algorithm(
-    name=algo_name, names=("tabular_q", "dqn"), config=Config, make_train_parts=make_train_parts,
+    name=algo_name, names=("tabular_q", "dqn", "pqn"), config=Config, make_train_parts=make_train_parts,
     num_iterations=num_iterations, policy=greedy_policy, metric_keys=lambda config: METRIC_KEYS[config.agent],
     sweepable=lambda config: SWEEPABLE[config.agent], validate=validate, resolve=resolve,
-    sweep_help=f"tabular: {', '.join(SWEEPABLE['tabular'])} (lr: learning_rate); dqn: those and tau",
+    sweep_help=f"tabular: {', '.join(SWEEPABLE['tabular'])} (lr: learning_rate); dqn: those and tau; pqn: those "
+               "and q_lambda",
     final_stats=gridworld_stats, write_stats=write_gridworld,
 )
 

@@ -48,9 +48,11 @@ CASES = {
                                   buffer_size=2000, batch_size=64, hidden_sizes=(32, 32), num_seeds=2, log_every=1,
                                   eval_episodes=3),
             dict(learning_rate=1e8)),
+    "pqn": ("dqn_tabular_q", dict(env="CartPole-v1", agent="pqn", total_timesteps=4 * 256, num_envs=8, num_steps=32,
+                                  num_minibatches=4, update_epochs=2, hidden_sizes=(32, 32), num_seeds=2, log_every=1,
+                                  eval_episodes=3),
+            dict(learning_rate=1e7, update_epochs=1, num_minibatches=1)),  # 1 step per iteration: diverges at the 2nd
 }
-# An env of the same kind as the case's own, for a checkpoint that does not belong to its run directory.
-OTHER_ENV = {"td3": "MountainCarContinuous-v0", "tabular_q": "FrozenLake-misc"}
 
 
 def tiny_config(case, out_dir, **overrides):

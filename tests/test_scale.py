@@ -31,6 +31,7 @@ SWEEPS = {
     "td3": ("tau", (0.005, 0.05), "batch_size"),
     "tabular_q": ("learning_rate", (0.1, 0.5), "num_envs"),
     "dqn": ("learning_rate", (2.5e-4, 1e-3), "batch_size"),
+    "pqn": ("q_lambda", (0.8, 0.95), "num_minibatches"),
 }
 TWO_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
 
