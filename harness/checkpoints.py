@@ -39,25 +39,39 @@ class Checkpoints:
         ))
 
     def restore(self, which, name, config, abstract_runner, with_history):
-        """-> (runner, metrics so far or None, iterations done) of the newest checkpoint; ConfigError for a missing
-        or damaged one, or one of another algorithm or env. `which`: the flag that named the run directory."""
-        step = self.manager.latest_step()
-        if step is None:
-            raise ConfigError(f"{which}: {self.run_dir} has no checkpoint in checkpoints/; was it started before "
-                              "checkpoints existed, or killed before its first chunk ended?")
-        where = os.path.join(self.run_dir, "checkpoints", str(step))
-        try:
-            meta = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
-            if meta["algo"] != name or meta["env"] != config.env:
-                raise ConfigError(f"{which}: checkpoint {where} is of {meta['algo']} on {meta['env']}, but the run is "
-                                  f"{name} on {config.env}; it does not belong to this run directory")
-            items = {"runner": ocp.args.StandardRestore(abstract_runner)}
-            if with_history:
-                items["history"] = ocp.args.StandardRestore()
-            restored = self.manager.restore(step, args=ocp.args.Composite(**items))
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            raise ConfigError(f"{which}: checkpoint {where} cannot be read ({type(error).__name__}: "
-                              f"{str(error).splitlines()[0] if str(error) else ''}); it is damaged or incomplete"
-                              ) from None
-        history = jax.tree.map(np.asarray, dict(restored.history)) if with_history else None
-        return restored.runner, history, step
+        """-> (runner, metrics so far or None, iterations done) of the newest checkpoint that can be read; a damaged
+        newer one is reported (one line) and, on --resume, moved aside to <run dir>/damaged_checkpoints/. None if
+        the run has no checkpoint yet; ConfigError if none can be read, or for one of another algorithm or env.
+        `which`: the flag that named the run directory."""
+        errors = []
+        for step in sorted(self.manager.all_steps(), reverse=True):
+            where = os.path.join(self.run_dir, "checkpoints", str(step))
+            try:
+                meta = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+                if meta["algo"] != name or meta["env"] != config.env:
+                    raise ConfigError(f"{which}: checkpoint {where} is of {meta['algo']} on {meta['env']}, but the run "
+                                      f"is {name} on {config.env}; it does not belong to this run directory")
+                items = {"runner": ocp.args.StandardRestore(abstract_runner)}
+                if with_history:
+                    items["history"] = ocp.args.StandardRestore()
+                restored = self.manager.restore(step, args=ocp.args.Composite(**items))
+            except (OSError, ValueError, KeyError, TypeError) as error:
+                errors.append(f"checkpoint {where} cannot be read ({type(error).__name__}: "
+                              f"{str(error).splitlines()[0] if str(error) else ''}); it is damaged or incomplete")
+                print(f"warning: {errors[-1]}; trying an older one", flush=True)
+                continue
+            if errors and which == "--resume":
+                self._move_aside([s for s in self.manager.all_steps() if s > step])
+            history = jax.tree.map(np.asarray, dict(restored.history)) if with_history else None
+            return restored.runner, history, step
+        if errors:
+            raise ConfigError(f"{which}: {errors[0]}, and no older checkpoint can be read either")
+        return None
+
+    def _move_aside(self, steps):
+        """Moves damaged checkpoints out of the manager's way (a later save writes those steps anew)."""
+        aside = os.path.join(self.run_dir, "damaged_checkpoints")
+        os.makedirs(aside, exist_ok=True)
+        for step in steps:
+            os.replace(os.path.join(self.run_dir, "checkpoints", str(step)), os.path.join(aside, str(step)))
+        self.manager.reload()

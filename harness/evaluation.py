@@ -5,7 +5,7 @@ import jax
 import numpy as np
 
 from harness.checkpoints import Checkpoints
-from harness.flags import ConfigError, read_run_config
+from harness.flags import ConfigError, check_paths, read_run_config
 from harness.scale import agent_layout, sweep_points
 
 # With threefry, fold_in(key, i) equals split(key, n)[i] for every i < n: folding a small number into an agent's
@@ -40,6 +40,7 @@ def evaluate_run(algorithm, config):
     --eval-episodes changes their number); --gif draws one episode of agent --seed-index."""
     import envs
 
+    check_paths(config)
     saved = read_run_config(algorithm, config.eval, "--eval")
     episodes = saved["eval_episodes"] if config.eval_episodes == algorithm.config().eval_episodes else \
         config.eval_episodes
@@ -57,7 +58,11 @@ def evaluate_run(algorithm, config):
     init, _ = algorithm.make_train_parts(run_config)
     abstract_runner = jax.eval_shape(jax.vmap(init), keys, hparams)
     with Checkpoints(config.eval) as checkpoints:
-        runner, _, done = checkpoints.restore("--eval", name, run_config, abstract_runner, False)
+        restored = checkpoints.restore("--eval", name, run_config, abstract_runner, False)
+    if restored is None:
+        raise ConfigError(f"--eval: {config.eval} has no checkpoint in checkpoints/ yet; it was stopped or killed "
+                          "before its first chunk ended: --resume it")
+    runner, _, done = restored
     eval_keys = evaluation_keys(keys)
     returns, _ = jax.jit(jax.vmap(make_evaluate(algorithm, run_config, with_stats=False)))(eval_keys, runner)
     returns = np.asarray(returns)

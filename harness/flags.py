@@ -6,6 +6,7 @@ A script's `Config` subclasses `Flags`, adds its algorithm's fields and redefine
 
 import dataclasses
 import json
+import math
 import os
 from dataclasses import dataclass
 
@@ -42,7 +43,7 @@ class Flags:
     out_dir: str = "runs"
     """parent directory of the run directory"""
     run_name: str | None = None
-    """run directory name; default {env}__{algorithm}__{seed}__{unix time}"""
+    """run directory name, one path component; default {env}__{algorithm}__{seed}__{unix time}_{random suffix}"""
     log_every: int = 20
     """print progress (and log to wandb) every this many iterations"""
     profile: bool = False
@@ -109,8 +110,49 @@ def require_between(config, low, high, *names):
             raise ConfigError(f"{flag(name)} must {where}, got {value}")
 
 
+def require_finite(config, prefix=""):
+    """ConfigError unless every float field is a finite number (NaN and inf pass `x > 0`-style checks, or fail
+    them with a misleading message). `prefix`: what to put before the flag, e.g. the sweep point."""
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{prefix}{flag(field.name)} must be a finite number, got {value}")
+
+
+def check_paths(config):
+    """--run-name is one path component, --out-dir a directory this user can create or write in, --gif a file
+    path in an existing folder: ConfigError otherwise, before anything is written."""
+    name = config.run_name
+    if name is not None and (name in ("", ".", "..") or "/" in name or (os.altsep and os.altsep in name)
+                             or "\0" in name):
+        raise ConfigError(f"--run-name {name!r} must be one directory name (no '/', not '.' or '..'); the run "
+                          "directory is <out-dir>/<run-name>: use --out-dir for the parent")
+    if config.resume is None and config.eval is None:
+        require_writable_dir(config.out_dir, "--out-dir")
+    if config.gif is not None:
+        if os.path.isdir(config.gif):
+            raise ConfigError(f"--gif {config.gif} is a directory; give a file path, e.g. {config.gif}/episode.gif")
+        folder = os.path.dirname(os.path.abspath(config.gif))
+        if not os.path.isdir(folder):
+            raise ConfigError(f"--gif {config.gif}: the folder {folder} does not exist; create it first")
+        require_writable_dir(folder, "--gif")
+
+
+def require_writable_dir(path, which):
+    """ConfigError unless `path` is a directory this user can write in, or can be created as one."""
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise ConfigError(f"{which} {path}: {existing} is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"{which} {path}: {existing} is not writable by this user; choose another {which}")
+
+
 def check_flags(config):
     """The checks of the shared flags and of --env; the algorithm's own come after, in its `validate`."""
+    require_finite(config)
+    check_paths(config)
     require_positive(config, "num_seeds", "total_timesteps", "eval_episodes", "log_every", "num_chunks",
                      "keep_checkpoints")
     if not 0 <= config.seed <= MAX_SEED - (config.num_seeds - 1):
@@ -154,9 +196,22 @@ def read_run_config(algorithm, run_dir, which) -> dict:
     return {k: tuple(v) if isinstance(v, list) else v for k, v in saved.items() if k in fields}
 
 
-def resumed_config(algorithm, config):
-    """--resume: the run's own config, with the logging flags given on this command line; any other flag that
-    differs from the run's would change its results, and is refused."""
+def given_fields(algorithm, argv) -> set[str]:
+    """The config fields a command line names (`--out-dir x`, `--out-dir=x`, `--no-track`), given as well as
+    defaulted: --resume takes a logging flag given at its default (`--no-track`) over the run's value."""
+    fields, given = {f.name for f in dataclasses.fields(algorithm.config)}, set()
+    for arg in argv:
+        if arg.startswith("--"):
+            name = arg[2:].split("=")[0].replace("-", "_")
+            name = name[3:] if name.startswith("no_") and name[3:] in fields else name
+            given |= {name} & fields
+    return given
+
+
+def resumed_config(algorithm, config, named=()):
+    """--resume: the run's own config, with the logging flags given on this command line (`named`: the fields it
+    names, see `given_fields`; else those that differ from their defaults); any other flag that differs from the
+    run's would change its results, and is refused."""
     saved = read_run_config(algorithm, config.resume, "--resume")
     logging = [k for k in LOGGING_FLAGS if k not in algorithm.result_flags]
     # Compared as JSON, the form config.json holds (tuples are lists there).
@@ -166,5 +221,5 @@ def resumed_config(algorithm, config):
     if changed:
         flags = ", ".join(f"{flag(k)} {given[k]} (run: {saved[k]})" for k in changed)
         raise ConfigError(f"--resume: {flags} would change the run's results; drop it to resume, or start a new run")
-    overrides = {k: getattr(config, k) for k in logging if given[k] != defaults[k]}
+    overrides = {k: getattr(config, k) for k in logging if given[k] != defaults[k] or k in named}
     return algorithm.config(**{**saved, **overrides, "resume": config.resume, "eval": None})

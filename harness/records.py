@@ -14,7 +14,7 @@ import jax
 import numpy as np
 
 from harness.flags import ConfigError
-from harness.scale import barrier, broadcast, point_label, point_rows
+from harness.scale import broadcast, point_label, point_rows
 from harness.tracking import finish_wandb, safe_wandb, start_wandb
 
 
@@ -38,19 +38,16 @@ class RunDirectory:
             self.path = config.resume
             self.run_name = os.path.basename(os.path.normpath(self.path))
         else:
-            # Brax ids hold a '/' (and maybe a ':'); neither belongs in a directory name.
+            # Brax ids hold a '/' (and maybe a ':'); neither belongs in a directory name. The random suffix keeps
+            # the default names of jobs started in the same second apart; every process gets process 0's name.
             env_name = config.env.replace("/", "-").replace(":", "-")
-            stamp = broadcast(int(time.time()))  # one name for every process
-            self.run_name = config.run_name or f"{env_name}__{self.name}__{config.seed}__{stamp}"
+            stamp, suffix = broadcast(int(time.time())), broadcast(int.from_bytes(os.urandom(3), "big"))
+            self.run_name = config.run_name or f"{env_name}__{self.name}__{config.seed}__{stamp}_{suffix:06x}"
             self.path = os.path.join(config.out_dir, self.run_name)
-            if os.path.isdir(self.path) and os.listdir(self.path):
-                raise ConfigError(f"run directory {self.path} exists and is not empty; choose another --run-name, "
-                                  "or --resume it")
-            barrier("run directory checked")  # every process has checked before process 0 creates it
-            if lead:
-                os.makedirs(self.path, exist_ok=True)
-                with open(os.path.join(self.path, "config.json"), "w") as f:
-                    json.dump({"algo": self.name, **dataclasses.asdict(config), "resume": None}, f, indent=2)
+            claimed = claim_run_directory(self.path, {"algo": self.name, **dataclasses.asdict(config),
+                                                      "resume": None}) if lead else ""
+            if broadcast(len(claimed)):  # process 0 could not claim it: every process stops
+                raise ConfigError(claimed or f"run directory {self.path} could not be claimed by process 0")
         self.sweep = len(points) > 1
         self.point_dirs = [os.path.join(self.path, point_label(p)) if self.sweep else self.path for p in points]
         self.wandb_runs = []
@@ -59,15 +56,20 @@ class RunDirectory:
                                            self.path, (config.wandb_group or self.run_name) if self.sweep
                                            else config.wandb_group, p) for p in points]
 
-    def open_metrics(self, keys, done):
-        """Starts each point's metrics.csv, keeping the rows of the `done` iterations a resumed run has."""
-        self.metrics_csvs = [MetricsCsv(os.path.join(d, "metrics.csv"), keys, done, make_dir=self.sweep)
-                             for d in self.point_dirs]
+    def open_metrics(self, keys, history=None):
+        """Starts each point's metrics.csv; a resumed run's is rebuilt from `history`, the metrics its checkpoint
+        holds, whatever state the file was left in (cut short, deleted, holding rows past the checkpoint)."""
+        self.metrics_csvs = [MetricsCsv(os.path.join(d, "metrics.csv"), keys, self.seeds(),
+                                        None if history is None else point_rows(history, p, self.config.num_seeds),
+                                        make_dir=self.sweep)
+                             for p, d in enumerate(self.point_dirs)]
+
+    def seeds(self):
+        return [self.config.seed + i for i in range(self.config.num_seeds)]
 
     def append_metrics(self, first, metrics):
-        seeds = [self.config.seed + i for i in range(self.config.num_seeds)]
         for p, metrics_csv in enumerate(self.metrics_csvs):
-            metrics_csv.append(seeds, first, point_rows(metrics, p, self.config.num_seeds))
+            metrics_csv.append(first, point_rows(metrics, p, self.config.num_seeds))
 
     def finish_wandb(self, summaries=None, images=None, exit_code=0):
         for p, wandb_run in enumerate(self.wandb_runs):
@@ -116,6 +118,22 @@ class RunDirectory:
         self.finish_wandb(summaries, images)
 
 
+def claim_run_directory(path, config_json) -> str:
+    """Creates the run directory `path` (an existing empty one will do) and its config.json, exclusively: of two
+    runs started at once with one name, exactly one gets it. -> "" if claimed, else the error line."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        if os.listdir(path):
+            raise FileExistsError
+        with open(os.path.join(path, "config.json"), "x") as f:  # "x": fails if another run created it first
+            json.dump(config_json, f, indent=2)
+    except FileExistsError:
+        return f"run directory {path} exists and is not empty; choose another --run-name, or --resume it"
+    except OSError as error:
+        return f"cannot create the run directory {path}: {error.strerror}; choose another --out-dir"
+    return ""
+
+
 def write_json(path, value):
     with open(path, "w") as f:
         json.dump(value, f, indent=2)
@@ -125,27 +143,28 @@ class MetricsCsv:
     """<run dir>/metrics.csv, one row per iteration and agent, appended as each chunk ends: a killed run loses at
     most the chunk it was in. Rows go iteration by iteration, so any chunking writes the same file."""
 
-    def __init__(self, path, keys, keep_iterations=0, make_dir=False):
-        self.path, self.keys = path, keys
+    def __init__(self, path, keys, seeds, history=None, make_dir=False):
+        """A new file with its header, and with the rows of `history` {key: (agents, iterations)} when resuming;
+        written to a temporary name and renamed, so a kill leaves the old file or the new one."""
+        self.path, self.keys, self.seeds = path, keys, seeds
         if make_dir:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-        kept = []
-        if keep_iterations and os.path.exists(path):
-            # Resuming: rows past the checkpoint (written before a crash cut its save short) go, the rest stay as
-            # written.
-            with open(path, newline="") as f:
-                kept = [row for row in list(csv.reader(f))[1:] if int(row[1]) < keep_iterations]
         with open(f"{path}.tmp", "w", newline="") as f:
-            csv.writer(f).writerows([["seed", "iteration", *keys], *kept])
+            csv.writer(f).writerow(["seed", "iteration", *keys])
+            if history is not None:
+                self._write_rows(f, 0, history)
         os.replace(f"{path}.tmp", path)
 
-    def append(self, seeds, first, metrics):
+    def append(self, first, metrics):
         """Rows for iterations first, first + 1, ... of `metrics` {key: (agents, iterations)}, one agent per seed."""
         with open(self.path, "a", newline="") as f:
-            writer = csv.writer(f)
-            for u in range(metrics["env_steps"].shape[1]):
-                for i, seed in enumerate(seeds):
-                    writer.writerow([seed, first + u, *(metrics[k][i, u] for k in self.keys)])
+            self._write_rows(f, first, metrics)
+
+    def _write_rows(self, f, first, metrics):
+        writer = csv.writer(f)
+        for u in range(metrics["env_steps"].shape[1]):
+            for i, seed in enumerate(self.seeds):
+                writer.writerow([seed, first + u, *(metrics[k][i, u] for k in self.keys)])
 
 
 def describe_returns(returns):

@@ -16,7 +16,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from harness.checkpoints import Checkpoints
 from harness.evaluation import evaluate_run, evaluation_keys, make_evaluate
-from harness.flags import ConfigError, check_flags, resumed_config
+from harness.flags import ConfigError, check_flags, given_fields, resumed_config
 from harness.records import Progress, RunDirectory
 from harness.scale import (
     agent_layout,
@@ -38,13 +38,15 @@ def main(algorithm, config=None):
     (--resume) or trains a new one. A bad config ends with its one line `error: ...` and exit code 2, before
     anything is compiled or written; a run stopped early (signal, non-finite values) with its own line and code."""
     try:
+        given = ()
         if config is None:
             config = tyro.cli(algorithm.config, description=describe(algorithm))
+            given = given_fields(algorithm, sys.argv[1:])
         if config.eval is not None:
             evaluate_run(algorithm, config)
             return
         if config.resume is not None:
-            config = resumed_config(algorithm, config)
+            config = resumed_config(algorithm, config, given)
         config, points = check(algorithm, config)
         train(algorithm, config, points)
     except ConfigError as error:
@@ -105,10 +107,21 @@ def train(algorithm, config, points):
                 print(f"{name} on {config.env}: {agents} x {config.total_timesteps} steps in {config.num_chunks} "
                       f"chunk(s) on {mesh.devices.size} device(s), run dir {run_dir.path}", flush=True)
             start_time = time.perf_counter()
+            restored = None
             if config.resume is not None:
                 abstract_runner = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
                                                jax.eval_shape(jax.vmap(init), keys, hparams))
-                runner, history, done = checkpoints.restore("--resume", name, config, abstract_runner, True)
+                restored = checkpoints.restore("--resume", name, config, abstract_runner, True)
+                if restored is None and lead:
+                    print("no checkpoint yet (the run stopped before its first chunk ended): starting it again")
+            if restored is not None:
+                runner, history, done = restored
+                if done == num_iterations and os.path.exists(os.path.join(run_dir.path, "summary.json")):
+                    if lead:
+                        print(f"{run_dir.path} is finished ({done} of {num_iterations} iterations, summary.json "
+                              "written): nothing to resume")
+                    run_dir.finish_wandb()
+                    return
                 if lead:
                     print(f"resuming after iteration {done} of {num_iterations}")
             else:
@@ -120,7 +133,7 @@ def train(algorithm, config, points):
             compile_s = time.perf_counter() - start_time
             if lead:
                 print(f"compiled in {compile_s:.1f} s")
-                run_dir.open_metrics(metric_keys, done)
+                run_dir.open_metrics(metric_keys, history)
             profile_dir = os.path.join(run_dir.path, "profile")
             progress.start = time.perf_counter()
             progress.start_steps = int(history["env_steps"][0, done - 1]) if done else 0
@@ -157,7 +170,7 @@ def train(algorithm, config, points):
         return
     env_steps = int(history["env_steps"][0, -1])
     sps = (env_steps - progress.start_steps) * len(keys) / train_s
-    extra = {"resumed_after_iteration": done if config.resume is not None else None, "compile_s": compile_s,
+    extra = {"resumed_after_iteration": done if restored is not None else None, "compile_s": compile_s,
              "train_s": train_s, "sps": sps, "num_devices": int(mesh.devices.size),
              "num_processes": jax.process_count()}
     counts, speeds = f"{env_steps} env steps", f"{sps:.0f} env steps/s"

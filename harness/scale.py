@@ -12,7 +12,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import PartitionSpec
 
-from harness.flags import ConfigError, flag
+from harness.flags import ConfigError, flag, require_finite
 
 
 def start_processes(argv=None):
@@ -91,7 +91,9 @@ def check_sweep_points(algorithm, config, points):
         return
     for point in points:
         try:
-            algorithm.validate(dataclasses.replace(config, sweep=(), **point))
+            point_config = dataclasses.replace(config, sweep=(), **point)
+            require_finite(point_config)
+            algorithm.validate(point_config)
         except ConfigError as error:
             raise ConfigError(f"--sweep {point_label(point)}: {error}") from None
 

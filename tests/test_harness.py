@@ -210,6 +210,31 @@ def test_nonfinite_stops_run_and_keeps_last_good_checkpoint(case, tmp_path, caps
 # The harness alone: one algorithm stands for all.
 
 
+@pytest.mark.parametrize("damage", ["deleted", "cut mid-row", "header only", "garbage"])
+def test_resume_rebuilds_metrics_csv_from_the_checkpoint(damage, finished_runs, tmp_path):
+    """The checkpoint holds the metrics so far: whatever a kill or a user left of metrics.csv, --resume writes the
+    uninterrupted run's file (the csv used to be trusted: rows were lost, or a half row kept)."""
+    import ppo
+
+    whole = finished_runs["ppo"]
+    run_dir = copy_run(finished_runs, "ppo", tmp_path)
+    for step in checkpoint_steps(run_dir)[2:]:
+        shutil.rmtree(run_dir / "checkpoints" / str(step))
+    (run_dir / "summary.json").unlink()
+    path = run_dir / "metrics.csv"
+    text = path.read_text()
+    if damage == "deleted":
+        path.unlink()
+    elif damage == "cut mid-row":
+        path.write_text(text[: text.index("\n", len(text) // 2) - 5])
+    elif damage == "header only":
+        path.write_text(text.splitlines()[0] + "\n")
+    else:
+        path.write_text("seed,iteration\n1,2,3\nnot,a,row\n")
+    ppo.main(dataclasses.replace(ppo.Config(), resume=str(run_dir)))
+    assert path.read_bytes() == (whole / "metrics.csv").read_bytes()
+
+
 def test_importing_the_harness_makes_no_backend_so_processes_can_start_first():
     """A multi-process run must call jax.distributed.initialize before any JAX backend exists; scripts import the
     harness, call start_processes, then import envs (gymnax makes a backend at import)."""
@@ -289,13 +314,46 @@ def test_shared_flags_are_checked_before_anything_is_written(tmp_path):
         (dict(num_devices=0), "--num-devices must be a positive integer"),
         (dict(num_processes=2), "a multi-process run needs --coordinator-address"),
         (dict(num_processes=2, coordinator_address="localhost:1", process_id=2), "--process-id 2 must lie in 0 to"),
+        (dict(learning_rate=float("nan")), "--learning-rate must be a finite number, got nan"),
+        (dict(ent_coef=float("-inf")), "--ent-coef must be a finite number, got -inf"),
+        (dict(sweep=("lr=3e-4,nan",)), "--sweep learning_rate=nan: --learning-rate must be a finite number"),
+        (dict(sweep=("gamma=inf",)), "--sweep gamma=inf: --gamma must be a finite number"),
+        *[(dict(run_name=name), f"--run-name {name!r} must be one directory name")
+          for name in ("../x", "/tmp/x", "a/b", ".", "..", "")],
+        (dict(out_dir=str(tmp_path / "a_file" / "runs")), "a_file is a file, not a directory"),
     ]
+    (tmp_path / "a_file").write_text("")
     for overrides, message in bad:
         with pytest.raises(harness.ConfigError) as error:
             harness.check(ppo.ALGORITHM, dataclasses.replace(config, **overrides))
         assert message in str(error.value) and "\n" not in str(error.value), overrides
     assert harness.check(ppo.ALGORITHM, dataclasses.replace(config, seed=2**32 - 2, num_seeds=2))
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
+def test_read_only_out_dir_exits_2_before_anything_is_written(tmp_path, capsys):
+    import ppo
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(out_dir=str(locked / "runs")))
+        assert code == 2 and err == [f"error: --out-dir {locked / 'runs'}: {locked} is not writable by this user; "
+                                     "choose another --out-dir"]
+    finally:
+        locked.chmod(0o755)
+
+
+def test_bad_gif_paths_exit_2(tmp_path, capsys):
+    import ppo
+
+    run_dir = tmp_path / "no_run"  # the --gif checks come before the run directory is read
+    for gif, words in ((str(tmp_path), "is a directory; give a file path"),
+                       (str(tmp_path / "missing" / "a.gif"), "the folder")):
+        code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(eval=str(run_dir), gif=gif))
+        assert code == 2 and len(err) == 1 and err[0].startswith(f"error: --gif {gif}") and words in err[0], err
 
 
 @pytest.mark.parametrize("args, message", [
@@ -366,9 +424,8 @@ def test_sigint_leaves_a_resumable_run(finished_runs, run_script, tmp_path):
     assert read_csv(run_dir / "metrics.csv") == read_csv(finished_runs["ppo"] / "metrics.csv")
 
 
-def damage_newest_checkpoint(run_dir):
-    newest = run_dir / "checkpoints" / str(checkpoint_steps(run_dir)[-1])
-    for path in newest.rglob("*"):
+def damage_checkpoint(run_dir, step):
+    for path in (run_dir / "checkpoints" / str(step)).rglob("*"):
         if path.is_file() and path.suffix != ".json" and path.stat().st_size > 0:
             path.write_bytes(b"\0" * 16)
 
@@ -400,14 +457,53 @@ def test_bad_resume_and_eval_exit_2_and_change_nothing(finished_runs, tmp_path, 
     code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(eval=str(other_env)))
     assert code == 2 and "does not belong to this run directory" in err[0], err
 
-    damage_newest_checkpoint(run_dir)
+    for step in checkpoint_steps(run_dir):
+        damage_checkpoint(run_dir, step)
     code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(resume=str(run_dir)))
     assert code == 2 and len(err) == 1 and "cannot be read" in err[0] and "damaged" in err[0], err
+    assert "no older checkpoint can be read either" in err[0]
     shutil.rmtree(run_dir / "checkpoints")
-    code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(resume=str(run_dir)))
-    assert code == 2 and len(err) == 1 and "has no checkpoint" in err[0], err
+    code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(eval=str(run_dir)))
+    assert code == 2 and len(err) == 1 and "has no checkpoint in checkpoints/ yet" in err[0], err
     after = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
     assert {p: b for p, b in before.items() if "checkpoints" not in p.parts} == after
+
+
+def test_resume_of_a_finished_run_says_so_and_changes_nothing(finished_runs, tmp_path, capsys):
+    import ppo
+
+    run_dir = copy_run(finished_runs, "ppo", tmp_path)
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    ppo.main(ppo.Config(resume=str(run_dir)))
+    assert "is finished (4 of 4 iterations, summary.json written): nothing to resume" in capsys.readouterr().out
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
+def test_resume_falls_back_past_a_damaged_newest_checkpoint(finished_runs, tmp_path, capsys):
+    import ppo
+
+    run_dir = copy_run(finished_runs, "ppo", tmp_path)
+    (run_dir / "summary.json").unlink()
+    damage_checkpoint(run_dir, 4)
+    ppo.main(ppo.Config(resume=str(run_dir)))
+    out = capsys.readouterr().out
+    assert f"warning: checkpoint {run_dir / 'checkpoints' / '4'} cannot be read" in out
+    assert "resuming after iteration 3 of 4" in out
+    assert (run_dir / "damaged_checkpoints" / "4").is_dir() and checkpoint_steps(run_dir)[-1] == 4
+    assert read_csv(run_dir / "metrics.csv") == read_csv(finished_runs["ppo"] / "metrics.csv")
+
+
+def test_resume_of_a_run_killed_before_its_first_checkpoint_starts_it_again(finished_runs, tmp_path, capsys):
+    import ppo
+
+    run_dir = copy_run(finished_runs, "ppo", tmp_path)
+    shutil.rmtree(run_dir / "checkpoints")
+    for name in ("summary.json", "metrics.csv", "learning_curve.png"):
+        (run_dir / name).unlink()
+    ppo.main(ppo.Config(resume=str(run_dir)))
+    assert "no checkpoint yet" in capsys.readouterr().out
+    assert read_csv(run_dir / "metrics.csv") == read_csv(finished_runs["ppo"] / "metrics.csv")
+    assert json.loads((run_dir / "summary.json").read_text())["resumed_after_iteration"] is None
 
 
 def test_profile_writes_a_trace_of_the_training_run(tmp_path, capsys):
@@ -431,3 +527,76 @@ def test_evaluation_key_is_no_key_of_init():
     evaluation = evaluation_keys(np.asarray(key)[None])[0]
     assert not any(np.array_equal(evaluation, k) for k in np.asarray(jax.random.split(key, 64)))
     assert not np.array_equal(evaluation, np.asarray(key))
+
+
+def test_of_many_claims_on_one_run_directory_exactly_one_wins(tmp_path):
+    """Creating the directory and its config.json is one exclusive step: threads that start together never share a
+    run directory (the old check-then-create let two runs write one metrics.csv)."""
+    import threading
+
+    from harness.records import claim_run_directory
+
+    start, results = threading.Barrier(16), []
+
+    def claim(i):
+        start.wait()
+        results.append((i, claim_run_directory(str(tmp_path / "runs" / "one"), {"claimant": i})))
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [i for i, error in results if not error]
+    assert len(winners) == 1
+    assert all("exists and is not empty" in error for _, error in results if error)
+    assert json.loads((tmp_path / "runs" / "one" / "config.json").read_text()) == {"claimant": winners[0]}
+
+
+@pytest.mark.slow
+def test_two_runs_started_at_once_with_one_run_name_one_trains_the_other_exits_2(tmp_path):
+    _, tiny, _ = CASES["ppo"]
+    flags = cli_flags({**tiny, "num_seeds": 1, "run_name": "same", "out_dir": str(tmp_path / "runs")})
+    processes = [subprocess.Popen([sys.executable, str(ROOT / "ppo.py"), *flags], cwd=tmp_path,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = [p.communicate(timeout=600) for p in processes]
+    codes = sorted(p.returncode for p in processes)
+    assert codes == [0, 2], outputs
+    (err,) = [e for p, (_, e) in zip(processes, outputs, strict=True) if p.returncode == 2]
+    assert err.strip().splitlines() == [f"error: run directory {tmp_path / 'runs' / 'same'} exists and is not empty; "
+                                        "choose another --run-name, or --resume it"]
+    assert len(read_csv(tmp_path / "runs" / "same" / "metrics.csv")) == 1 + 4  # header, 4 iterations of 1 seed
+
+
+def test_default_run_names_of_runs_started_in_the_same_second_differ(tmp_path, monkeypatch):
+    import time
+    import types
+
+    import harness.records
+    import ppo
+
+    # One second for both runs (the records module's clock only).
+    monkeypatch.setattr(harness.records, "time", types.SimpleNamespace(time=lambda: 1_800_000_000.0,
+                                                                      perf_counter=time.perf_counter))
+    config = ppo.Config(**{**CASES["ppo"][1], "num_seeds": 1, "out_dir": str(tmp_path)})
+    for _ in range(2):
+        ppo.main(config)
+    names = os.listdir(tmp_path)
+    assert len(names) == 2 and all(n.startswith("CartPole-v1__ppo__0__1800000000_") for n in names)
+
+
+def test_resume_takes_logging_flags_given_at_their_defaults(finished_runs, tmp_path):
+    """A run directory saved with --track (someone else's, say) resumes with --no-track: a flag the command line
+    names wins, although it equals the default."""
+    import ppo
+    from harness.flags import given_fields, resumed_config
+
+    run_dir = copy_run(finished_runs, "ppo", tmp_path)
+    saved = json.loads((run_dir / "config.json").read_text())
+    (run_dir / "config.json").write_text(json.dumps({**saved, "track": True, "wandb_entity": "someone"}))
+    argv = ["--resume", str(run_dir), "--no-track", "--wandb-entity=mine", "--log-every", "20"]
+    assert given_fields(ppo.ALGORITHM, argv) == {"resume", "track", "wandb_entity", "log_every"}
+    config = ppo.Config(resume=str(run_dir), track=False, wandb_entity="mine")
+    resumed = resumed_config(ppo.ALGORITHM, config, given_fields(ppo.ALGORITHM, argv))
+    assert (resumed.track, resumed.wandb_entity, resumed.log_every) == (False, "mine", 20)
+    assert resumed_config(ppo.ALGORITHM, config).track  # without the command line: only what differs from defaults
