@@ -4,6 +4,7 @@ optimizer, env states, replay buffers, RNG keys, hparams), the metrics so far (i
 written."""
 
 import dataclasses
+import logging
 import os
 
 import jax
@@ -18,6 +19,9 @@ class Checkpoints:
     it waits for the save in flight."""
 
     def __init__(self, run_dir, keep=None):
+        # orbax reports through absl's logger, many lines per event (a read-only open, a failed write); the harness
+        # says what matters in one line of its own.
+        logging.getLogger("absl").setLevel(logging.CRITICAL)
         self.run_dir = run_dir
         self.manager = ocp.CheckpointManager(
             os.path.abspath(os.path.join(run_dir, "checkpoints")),
@@ -27,16 +31,42 @@ class Checkpoints:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.manager.wait_until_finished()
-        self.manager.close()
+    def __exit__(self, exc_type, *_):
+        """Waits for the save in flight (its failure raises as OSError, unless the run is already stopping) and
+        closes the manager, so no orbax thread outlives it."""
+        try:
+            self._wait()
+        except OSError:
+            if exc_type is None:
+                raise
+        finally:
+            self.manager.close()
 
     def save(self, done, runner, history, name, config):
+        """Starts writing checkpoint `done` in the background; a failed write (this one's or the one before's)
+        raises OSError naming the checkpoint and the cause."""
         meta = {"algo": name, "env": config.env, "iterations": done, "config": dataclasses.asdict(config)}
-        self.manager.save(done, args=ocp.args.Composite(
-            runner=ocp.args.StandardSave(runner), history=ocp.args.StandardSave(history),
-            meta=ocp.args.JsonSave(meta),
-        ))
+        try:
+            self.manager.save(done, args=ocp.args.Composite(
+                runner=ocp.args.StandardSave(runner), history=ocp.args.StandardSave(history),
+                meta=ocp.args.JsonSave(meta),
+            ))
+        except (OSError, ValueError, RuntimeError) as error:
+            raise self._write_error(error) from None
+
+    def _wait(self):
+        try:
+            self.manager.wait_until_finished()
+        except (OSError, ValueError, RuntimeError) as error:
+            raise self._write_error(error) from None
+
+    def _write_error(self, error):
+        """orbax's error (often a ValueError carrying a tensorstore status) as an OSError with a short cause. It
+        names the checkpoints folder: a failure in the background may be the save before the one that reports it."""
+        text = str(error)
+        causes = ("No space left on device", "Read-only file system", "Permission denied", "Disk quota exceeded")
+        cause = next((c for c in causes if c in text), (text.splitlines() or [type(error).__name__])[0][:200])
+        return OSError(0, cause, os.path.join(self.run_dir, "checkpoints"))
 
     def restore(self, which, name, config, abstract_runner, with_history):
         """-> (runner, metrics so far or None, iterations done) of the newest checkpoint that can be read; a damaged

@@ -52,9 +52,13 @@ class RunDirectory:
         self.point_dirs = [os.path.join(self.path, point_label(p)) if self.sweep else self.path for p in points]
         self.wandb_runs = []
         if config.track and lead:
-            self.wandb_runs = [start_wandb(config, f"{self.run_name}/{point_label(p)}" if self.sweep else self.run_name,
-                                           self.path, (config.wandb_group or self.run_name) if self.sweep
-                                           else config.wandb_group, p) for p in points]
+            for p in points:  # once wandb could not start, the other points do not try (and wait) again
+                if self.wandb_runs and self.wandb_runs[-1] is None:
+                    self.wandb_runs.append(None)
+                    continue
+                self.wandb_runs.append(start_wandb(
+                    config, f"{self.run_name}/{point_label(p)}" if self.sweep else self.run_name, self.path,
+                    (config.wandb_group or self.run_name) if self.sweep else config.wandb_group, p))
 
     def open_metrics(self, keys, history=None):
         """Starts each point's metrics.csv; a resumed run's is rebuilt from `history`, the metrics its checkpoint
@@ -135,8 +139,10 @@ def claim_run_directory(path, config_json) -> str:
 
 
 def write_json(path, value):
-    with open(path, "w") as f:
+    """Written to a temporary name and renamed: a kill or a full disk leaves the old file or the new one."""
+    with open(f"{path}.tmp", "w") as f:
         json.dump(value, f, indent=2)
+    os.replace(f"{path}.tmp", path)
 
 
 class MetricsCsv:
@@ -261,6 +267,7 @@ def plot_learning_curve(path, metrics, title):
     ax.set_title(title)
     ax.legend(loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(f"{path}.tmp", dpi=100, format="png")  # renamed once whole, as write_json does
+    os.replace(f"{path}.tmp", path)
     plt.close(fig)
     return path

@@ -30,7 +30,7 @@ from harness.scale import (
     sweep_points,
     to_agents,
 )
-from harness.stops import RunStopped, StopRequest, nonfinite_stop
+from harness.stops import RunStopped, StopRequest, nonfinite_stop, write_failed
 
 
 def main(algorithm, config=None):
@@ -127,7 +127,7 @@ def train(algorithm, config, points):
             else:
                 runner, history, done = init_agents(init, sharding, keys, hparams), None, 0
             ends = [end for end in chunk_ends(num_iterations, config.num_chunks) if end > done]
-            chunks = list(zip([done, *ends[:-1]], ends, strict=True))
+            chunks = list(zip([done, *ends][:len(ends)], ends, strict=True))  # none: finished, summary to write
             compiled = {length: run.lower(agent_ids, runner, jnp.arange(length)).compile()
                         for length in sorted({end - start for start, end in chunks}, reverse=True)}
             compile_s = time.perf_counter() - start_time
@@ -156,6 +156,9 @@ def train(algorithm, config, points):
                     raise RunStopped(f"{signal.Signals(signum).name}: stopped after iteration {end} of "
                                      f"{num_iterations}, metrics and checkpoint written; continue with: python "
                                      f"{algorithm.script} --resume {run_dir.path}", 128 + signum)
+    except OSError as error:  # metrics.csv or a checkpoint could not be written
+        run_dir.finish_wandb(exit_code=1)
+        raise write_failed(error, algorithm.script, run_dir.path) from None
     except BaseException:
         run_dir.finish_wandb(exit_code=1)
         raise
@@ -181,4 +184,8 @@ def train(algorithm, config, points):
         counts, speeds = f"{counts} and {updates} updates", f"{speeds} and {updates_per_s:.0f} updates/s"
     print(f"\n{'=' * 72}\n{name} on {config.env}: {len(keys)} agents, {counts} each")
     print(f"compile {compile_s:.1f} s, train {train_s:.1f} s, {speeds} over all agents")
-    run_dir.write_summaries(algorithm, history, eval_returns.mean(axis=1), stats, extra)
+    try:
+        run_dir.write_summaries(algorithm, history, eval_returns.mean(axis=1), stats, extra)
+    except OSError as error:
+        run_dir.finish_wandb(exit_code=1)
+        raise write_failed(error, algorithm.script, run_dir.path) from None

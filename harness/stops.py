@@ -23,6 +23,15 @@ def all_finite(tree):
     return jnp.all(jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(tree)]))
 
 
+def write_failed(error: OSError, script, run_dir):
+    """RunStopped (exit 1) for a write that failed (disk full, read-only, ...): one line naming the file and the
+    cause, and how to go on; --resume starts from the newest intact checkpoint and rebuilds metrics.csv."""
+    where = f" {error.filename}" if error.filename else ""
+    return RunStopped(f"error: cannot write{where}: {error.strerror or error}; training stopped, the checkpoints "
+                      f"written so far are kept; make room (or fix permissions), then continue with: python {script} "
+                      f"--resume {run_dir}", 1)
+
+
 def nonfinite_stop(names, first, flags, last_good, hint):
     """RunStopped (exit 1) naming the agents and the first iteration whose `nonfinite` flag is set."""
     rows, iterations = np.nonzero(flags)

@@ -4,6 +4,10 @@ becomes a one-line warning and the run goes on with its local files."""
 import dataclasses
 import sys
 
+# Seconds wandb may wait for its server when a run starts, and again when it ends (its defaults are 90 s and more:
+# without network a run would sit that long before training, once per sweep point).
+WANDB_TIMEOUT_S = 10
+
 
 def safe_wandb(fn, *args, **kwargs):
     """Calls a wandb function; a failure becomes a one-line warning, never a stopped run."""
@@ -19,8 +23,11 @@ def start_wandb(config, name, run_dir, group, values):
     try:
         import wandb
 
+        settings = wandb.Settings(init_timeout=WANDB_TIMEOUT_S, login_timeout=WANDB_TIMEOUT_S,
+                                  finish_timeout=WANDB_TIMEOUT_S)
         return wandb.init(project=config.wandb_project, entity=config.wandb_entity, group=group, name=name,
-                          config={**dataclasses.asdict(config), **values}, dir=run_dir, reinit="create_new")
+                          config={**dataclasses.asdict(config), **values}, dir=run_dir, reinit="create_new",
+                          settings=settings)
     except Exception as error:  # noqa: BLE001
         print(f"warning: wandb could not start ({type(error).__name__}: {error}); "
               "training goes on with local files only", file=sys.stderr)

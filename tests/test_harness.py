@@ -600,3 +600,61 @@ def test_resume_takes_logging_flags_given_at_their_defaults(finished_runs, tmp_p
     resumed = resumed_config(ppo.ALGORITHM, config, given_fields(ppo.ALGORITHM, argv))
     assert (resumed.track, resumed.wandb_entity, resumed.log_every) == (False, "mine", 20)
     assert resumed_config(ppo.ALGORITHM, config).track  # without the command line: only what differs from defaults
+
+
+@pytest.mark.slow
+def test_wandb_without_its_server_waits_once_and_briefly(run_script, tmp_path):
+    """A server that accepts connections and never answers (a network that hangs): wandb gives up after its 10 s
+    start timeout, once for a 2-point sweep, and the run trains with its local files."""
+    import time
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)  # never accepted: every request hangs
+    try:
+        start = time.perf_counter()
+        result = run_script("ppo.py", "--total-timesteps", "1024", "--track", "--sweep", "lr=1e-3,3e-4", timeout=300,
+                            env_overrides={"WANDB_MODE": "online", "WANDB_API_KEY": "0" * 40,
+                                           "WANDB_BASE_URL": f"http://127.0.0.1:{server.getsockname()[1]}"})
+        elapsed = time.perf_counter() - start
+    finally:
+        server.close()
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr.count("warning: wandb could not start") == 1, result.stderr[-3000:]
+    read_run(tmp_path / "runs")
+    assert elapsed < 60, elapsed  # compile and train take ~15 s; wandb's own default would add 2 x 90 s
+
+
+@pytest.mark.parametrize("writer", ["metrics", "checkpoint", "summary"])
+def test_a_failed_write_stops_with_one_line_and_the_run_resumes(writer, finished_runs, tmp_path, capsys,
+                                                                monkeypatch):
+    """A full disk while metrics.csv, a checkpoint or the summary is written: one line naming the file and the
+    cause, exit 1, the --resume command; resuming then gives the uninterrupted run."""
+    import errno
+
+    import ppo
+    from harness.checkpoints import Checkpoints
+    from harness.records import MetricsCsv, RunDirectory
+
+    target = {"metrics": (MetricsCsv, "append"), "checkpoint": (Checkpoints, "save"),
+              "summary": (RunDirectory, "write_summaries")}[writer]
+    original, calls = getattr(*target), []
+
+    def fail_on_the_third_call(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == (1 if writer == "summary" else 3):
+            raise OSError(errno.ENOSPC, "No space left on device", "/full/disk/file")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(*target, fail_on_the_third_call)
+    module, config = tiny_config("ppo", tmp_path / "runs", run_name="full")
+    code, err = exit_code_and_error(capsys, module.main, config)
+    run_dir = tmp_path / "runs" / "full"
+    assert code == 1 and len(err) == 1, err
+    assert err[0].startswith("error: cannot write /full/disk/file: No space left on device; training stopped")
+    assert err[0].endswith(f"continue with: python ppo.py --resume {run_dir}")
+    monkeypatch.setattr(*target, original)
+    ppo.main(ppo.Config(resume=str(run_dir)))
+    assert read_csv(run_dir / "metrics.csv") == read_csv(finished_runs["ppo"] / "metrics.csv")
+    assert json.loads((run_dir / "summary.json").read_text())["final_return"] == \
+        json.loads((finished_runs["ppo"] / "summary.json").read_text())["final_return"]
