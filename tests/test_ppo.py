@@ -130,7 +130,7 @@ def test_continuous_small_run(tmp_path):
         (dict(num_minibatches=3), "--num-minibatches 3 does not divide the batch"),
         (dict(total_timesteps=100), "--total-timesteps 100 is smaller than one batch"),
         (dict(learning_rate=0.0), "--learning-rate must be positive"),
-        (dict(clip_coef=float("nan")), "--clip-coef must be positive"),
+        (dict(clip_coef=float("nan")), "--clip-coef must be a finite number, got nan"),
         (dict(gae_lambda=1.5), "--gae-lambda must lie in [0, 1]"),
     ],
 )
