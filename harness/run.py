@@ -2,6 +2,7 @@
 evaluated), every agent in one compiled program split over the devices."""
 
 import contextlib
+import io
 import itertools
 import os
 import signal
@@ -40,7 +41,7 @@ def main(algorithm, config=None):
     try:
         given = ()
         if config is None:
-            config = tyro.cli(algorithm.config, description=describe(algorithm))
+            config = parse_flags(algorithm)
             given = given_fields(algorithm, sys.argv[1:])
         if config.eval is not None:
             evaluate_run(algorithm, config)
@@ -55,6 +56,27 @@ def main(algorithm, config=None):
     except RunStopped as stopped:
         print(stopped, file=sys.stderr)
         sys.exit(stopped.code)
+
+
+def parse_flags(algorithm):
+    """tyro's parse of the command line; its error box (a bad value, an unknown flag) becomes our one line
+    `error: ...` naming the flag, exit 2 as before. --help prints as tyro prints it."""
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            return tyro.cli(algorithm.config, description=describe(algorithm))
+    except SystemExit as exit_:
+        if exit_.code in (0, None):
+            sys.stderr.write(captured.getvalue())
+            raise
+        # The box: a title line (the kind of error), the message (wrapped over lines, naming the flag), a rule.
+        message = []
+        for line in captured.getvalue().splitlines()[1:]:
+            text = line.strip().strip("│").strip()
+            if not text.strip("─"):
+                break
+            message.append(text)
+        raise ConfigError(f"{' '.join(message) or 'cannot parse the command line'} (see --help)") from None
 
 
 def describe(algorithm) -> str:
