@@ -78,12 +78,14 @@ class Flags:
     """processes of a multi-process run (one per host, or per GPU)"""
     process_id: int = 0
     """this process's index, 0 to --num-processes - 1; process 0 writes the run directory and wandb"""
+    distributed_timeout: int = 60
+    """seconds a multi-process run waits for all its processes to join; then each exits 1 with one line"""
 
 
 # Flags that change what is logged or where, not what is computed: they may differ on --resume and --eval.
 LOGGING_FLAGS = ("track", "wandb_project", "wandb_entity", "wandb_group", "out_dir", "run_name", "log_every",
                  "profile", "keep_checkpoints", "resume", "eval", "seed_index", "eval_episodes", "gif", "num_devices",
-                 "coordinator_address", "num_processes", "process_id")
+                 "coordinator_address", "num_processes", "process_id", "distributed_timeout")
 MAX_SEED = 2**32 - 1  # a JAX key holds a 32-bit seed here; larger ones would alias smaller ones
 
 
@@ -158,6 +160,7 @@ def check_flags(config):
     if not 0 <= config.seed <= MAX_SEED - (config.num_seeds - 1):
         raise ConfigError(f"--seed {config.seed} with --num-seeds {config.num_seeds}: the seeds must lie in 0 to "
                           f"{MAX_SEED} (2**32 - 1)")
+    require_positive(config, "distributed_timeout")
     if config.num_devices is not None and config.num_devices <= 0:
         raise ConfigError(f"--num-devices must be a positive integer, got {config.num_devices}")
     if config.num_processes > 1 and config.coordinator_address is None:

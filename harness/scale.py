@@ -5,7 +5,9 @@ sees the seeds of a run without --sweep."""
 import argparse
 import dataclasses
 import itertools
+import os
 import sys
+import threading
 
 import jax
 import numpy as np
@@ -19,18 +21,41 @@ def start_processes(argv=None):
     """Joins a multi-process run (--coordinator-address, --num-processes, --process-id: every process gets the same
     flags but its own id) through `jax.distributed.initialize`, which must come before anything makes a JAX
     backend; scripts call this before `import envs` (gymnax makes one at import). Only these three flags are read
-    here; incomplete or bad ones are left to the config check, which names them."""
+    here; incomplete or bad ones are left to the config check, which names them.
+
+    If the processes have not all joined within --distributed-timeout seconds, this one exits 1 with one line:
+    JAX's own timeout ends the process with a C++ stack dump (after 300 s by default), so a watchdog ends it first.
+    """
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     parser.add_argument("--coordinator-address", "--coordinator_address", default=None)
     parser.add_argument("--num-processes", "--num_processes", default="1")
     parser.add_argument("--process-id", "--process_id", default="0")
+    parser.add_argument("--distributed-timeout", "--distributed_timeout", default="60")
     flags, _ = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     try:
         num_processes, process_id = int(flags.num_processes), int(flags.process_id)
+        timeout = int(flags.distributed_timeout)
     except ValueError:
         return
-    if flags.coordinator_address is not None and 0 <= process_id < num_processes:
-        jax.distributed.initialize(flags.coordinator_address, num_processes, process_id)
+    if flags.coordinator_address is None or not 0 <= process_id < num_processes or timeout <= 0:
+        return
+    waiting_for = (f"the other {num_processes - 1} process(es)" if process_id == 0
+                   else f"process 0 (the coordinator) at {flags.coordinator_address}, or the others")
+
+    def give_up():
+        print(f"error: process {process_id} of {num_processes}: {waiting_for} did not join within {timeout} s "
+              "(--distributed-timeout); start every process with the same flags and its own --process-id",
+              file=sys.stderr, flush=True)
+        os._exit(1)
+
+    watchdog = threading.Timer(timeout, give_up)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        jax.distributed.initialize(flags.coordinator_address, num_processes, process_id,
+                                   initialization_timeout=timeout + 30)
+    finally:
+        watchdog.cancel()
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -284,3 +284,26 @@ def test_sweep_resumes_from_its_checkpoint(tmp_path):
         assert read_csv(cut / label / "metrics.csv") == read_csv(whole / label / "metrics.csv")
     assert json.loads((cut / "summary.json").read_text())["ranking"] == json.loads(
         (whole / "summary.json").read_text())["ranking"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("process_id", [0, 1])
+def test_a_process_whose_peers_never_join_exits_1_with_one_line(process_id, tmp_path):
+    """Alone, process 0 waits for the others and process 1 for the coordinator; after --distributed-timeout each
+    exits 1 with one line (JAX alone would wait 300 s, then abort with a C++ stack dump)."""
+    import time
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, str(ROOT / "ppo.py"), "--coordinator-address", f"localhost:{port}",
+                             "--num-processes", "2", "--process-id", str(process_id), "--distributed-timeout", "5",
+                             "--out-dir", str(tmp_path / "runs")], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 1 and time.perf_counter() - start < 60
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: process {process_id} of 2: "), lines
+    assert "did not join within 5 s (--distributed-timeout)" in lines[0]
+    assert not (tmp_path / "runs").exists()
