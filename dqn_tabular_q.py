@@ -717,6 +717,9 @@ def validate(config: Config):
         raise harness.ConfigError(f"--total-timesteps {config.total_timesteps} is smaller than one update "
                                   f"(--num-envs x --num-steps = {steps_per_update})")
     if config.agent == "dqn":
+        if config.learning_starts >= num_iterations(config) * steps_per_update:
+            raise harness.ConfigError(f"--learning-starts {config.learning_starts} leaves no steps to learn in "
+                                      f"--total-timesteps {config.total_timesteps}")
         if config.train_frequency % config.num_envs and config.num_envs % config.train_frequency:
             raise harness.ConfigError(f"--train-frequency {config.train_frequency} and --num-envs {config.num_envs}: "
                                       "one must divide the other (gradient steps come every train-frequency env "

@@ -340,6 +340,7 @@ def validate(config: Config):
     harness.require_positive(config, "num_envs", "num_steps", "update_epochs", "num_minibatches", "hidden_size",
                              "learning_rate", "clip_coef", "max_grad_norm")
     harness.require_between(config, 0, 1, "gamma", "gae_lambda")
+    harness.require_between(config, 0, float("inf"), "vf_coef", "ent_coef")  # < 0 would ascend the loss term
     if config.activation not in ACTIVATIONS:
         raise harness.ConfigError(f"--activation {config.activation!r} is unknown; use one of "
                                   f"{', '.join(ACTIVATIONS)}")

@@ -123,6 +123,7 @@ def test_auto_picks_the_table_for_finite_state_envs_and_dqn_otherwise():
         (dict(start_e=-0.1), "--start-e must lie in [0, 1]"),
         (dict(env="CartPole-v1", train_frequency=3), "--train-frequency 3 and --num-envs 10"),
         (dict(env="CartPole-v1", buffer_size=64), "--buffer-size 64 must hold at least one batch"),
+        (dict(env="CartPole-v1", total_timesteps=10_000), "--learning-starts 10000 leaves no steps to learn"),
         (dict(total_timesteps=10), "--total-timesteps 10 is smaller than one update"),
         (dict(hidden_sizes=(64, 0)), "--hidden-sizes must be positive integers"),
         (dict(sweep=("tau=0.5,1",)), "--sweep tau: tabular_q does not use it; sweepable for tabular_q: "),

@@ -131,6 +131,8 @@ def test_continuous_small_run(tmp_path):
         (dict(total_timesteps=100), "--total-timesteps 100 is smaller than one batch"),
         (dict(learning_rate=0.0), "--learning-rate must be positive"),
         (dict(clip_coef=float("nan")), "--clip-coef must be a finite number, got nan"),
+        (dict(vf_coef=-1.0), "--vf-coef must be 0 or more, got -1.0"),
+        (dict(ent_coef=-0.01), "--ent-coef must be 0 or more"),
         (dict(gae_lambda=1.5), "--gae-lambda must lie in [0, 1]"),
     ],
 )
