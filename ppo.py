@@ -304,7 +304,7 @@ def make_train_parts(config: Config, log_fn=None):
             if log_fn is not None:
                 jax.lax.cond(
                     (update + 1) % config.log_every == 0,
-                    lambda: jax.debug.callback(log_fn, agent, update, metrics),
+                    lambda: harness.report(log_fn, agent, update, metrics),
                     lambda: None,
                 )
             return RunnerState(train_state, env_state, obs, rng, hparams), metrics
@@ -351,6 +351,9 @@ def validate(config: Config):
     if config.total_timesteps < batch_size:
         raise harness.ConfigError(f"--total-timesteps {config.total_timesteps} is smaller than one batch "
                                   f"(--num-envs x --num-steps = {batch_size}); raise it or shrink the batch")
+    harness.require_count(num_iterations(config) * config.update_epochs * config.num_minibatches,
+                          "gradient steps (iterations x --update-epochs x --num-minibatches)",
+                          "--update-epochs or --num-minibatches")
     env, env_params = envs.make(config.env)
     if "gamma" in harness.swept(ALGORITHM, config) and use_normalization(config, envs.is_discrete(env, env_params)):
         raise harness.ConfigError("--sweep gamma: the reward normaliser (--normalize) is built with one gamma; sweep "
@@ -364,6 +367,7 @@ ALGORITHM = harness.Algorithm(
     name="ppo", config=Config, make_train_parts=make_train_parts, num_iterations=num_iterations,
     policy=deterministic_policy, metric_keys=METRIC_KEYS, sweepable=SWEEPABLE, validate=validate,
     nonfinite_hint="lower --learning-rate or --max-grad-norm",
+    chunk_steps=3_000_000, size_flags=("num_envs", "num_steps", "hidden_size"),  # ~120k env steps/s on CartPole
 )
 
 

@@ -27,10 +27,11 @@ if "concurrency_optimized_scheduler" not in os.environ.get("XLA_FLAGS", ""):
         [os.environ.get("XLA_FLAGS", ""), "--xla_cpu_enable_concurrency_optimized_scheduler=false"]).strip()
 
 from harness.algorithm import Algorithm  # noqa: E402
-from harness.flags import ConfigError, Flags, require_between, require_positive  # noqa: E402
+from harness.flags import ConfigError, Flags, require_between, require_count, require_positive  # noqa: E402
+from harness.records import report  # noqa: E402
 from harness.run import check, main  # noqa: E402
 from harness.scale import start_processes, swept  # noqa: E402
 from harness.stops import all_finite  # noqa: E402
 
-__all__ = ["Algorithm", "ConfigError", "Flags", "all_finite", "check", "main", "require_between", "require_positive",
-           "start_processes", "swept"]
+__all__ = ["Algorithm", "ConfigError", "Flags", "all_finite", "check", "main", "report", "require_between",
+           "require_count", "require_positive", "start_processes", "swept"]

@@ -28,7 +28,7 @@ class Algorithm:
       metric has one value per iteration: `env_steps` (so far, per agent), `episodes` (ended in the iteration),
       `episode_return` (their mean, NaN if none ended), `nonfinite` (see `harness.all_finite`), optionally
       `updates` (gradient updates so far) and anything else named in `metric_keys`. `run` calls
-      `log_fn(agent, iteration, metrics)` through `jax.debug.callback` when it reports progress.
+      `harness.report(log_fn, agent, iteration, metrics)` when it reports progress.
     """
 
     name: str | Callable[[Any], str]
@@ -60,6 +60,12 @@ class Algorithm:
     """shared flags this algorithm computes with (td3: log_every sets its metrics rows), so --resume keeps them"""
     nonfinite_hint: str = "lower --learning-rate"
     """what to change when training diverges"""
+    chunk_steps: int | Callable[[Any], int] = 3_000_000
+    """env steps (all agents together) that take about 30 s on a 2-core CPU on the default env, or a function of
+    the config: the default --num-chunks makes chunks of about this size, so Ctrl-C or SIGTERM stop a default run
+    within about a minute, its checkpoint written"""
+    size_flags: tuple[str, ...] = ()
+    """the fields (besides --num-seeds) that set the memory a run needs, named when a run does not fit"""
     final_stats: Callable | None = None
     """`(config, runner) -> {name: array}` of one agent at the end of training (jittable), for `write_stats`"""
     write_stats: Callable | None = None
@@ -73,6 +79,9 @@ class Algorithm:
 
     def metric_keys_of(self, config) -> tuple[str, ...]:
         return self.metric_keys(config) if callable(self.metric_keys) else self.metric_keys
+
+    def chunk_steps_of(self, config) -> int:
+        return self.chunk_steps(config) if callable(self.chunk_steps) else self.chunk_steps
 
     def sweepable_of(self, config) -> tuple[str, ...]:
         return self.sweepable(config) if callable(self.sweepable) else self.sweepable

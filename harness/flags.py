@@ -49,10 +49,11 @@ class Flags:
     profile: bool = False
     """write a JAX profiler trace of the first chunk of training to <run dir>/profile (Perfetto / TensorBoard)"""
     # chunks, checkpoints, resume and evaluation
-    num_chunks: int = 1
+    num_chunks: int | None = None
     """train in this many chunks of iterations (one compiled scan, run K times with the state handed on; the last
     ones are one iteration shorter where K does not divide the iterations): after each, metrics.csv and a
-    checkpoint are written, and Ctrl-C or SIGTERM stop the run there, resumable"""
+    checkpoint are written, and Ctrl-C or SIGTERM stop the run there, resumable. Default: chunks of about 30 s on
+    a 2-core CPU, estimated from the script's speed on CartPole-class envs (slower envs make longer chunks)"""
     keep_checkpoints: int = 2
     """how many of the newest checkpoints <run dir>/checkpoints keeps"""
     resume: str | None = None
@@ -87,6 +88,7 @@ LOGGING_FLAGS = ("track", "wandb_project", "wandb_entity", "wandb_group", "out_d
                  "profile", "keep_checkpoints", "resume", "eval", "seed_index", "eval_episodes", "gif", "num_devices",
                  "coordinator_address", "num_processes", "process_id", "distributed_timeout")
 MAX_SEED = 2**32 - 1  # a JAX key holds a 32-bit seed here; larger ones would alias smaller ones
+MAX_COUNT = 2**31 - 1  # step, iteration and update counters are int32 inside the compiled programs
 
 
 def flag(name: str) -> str:
@@ -110,6 +112,13 @@ def require_between(config, low, high, *names):
         if not low <= value <= high:
             where = f"be {low:g} or more" if high == float("inf") else f"lie in [{low:g}, {high:g}]"
             raise ConfigError(f"{flag(name)} must {where}, got {value}")
+
+
+def require_count(value, what, lower):
+    """ConfigError unless a count that a compiled program holds as int32 fits in one; `lower`: what to lower."""
+    if value > MAX_COUNT:
+        raise ConfigError(f"{what}: {value:,} is more than the {MAX_COUNT:,} (2**31 - 1) the compiled program can "
+                          f"count; lower {lower}")
 
 
 def require_finite(config, prefix=""):
@@ -155,8 +164,10 @@ def check_flags(config):
     """The checks of the shared flags and of --env; the algorithm's own come after, in its `validate`."""
     require_finite(config)
     check_paths(config)
-    require_positive(config, "num_seeds", "total_timesteps", "eval_episodes", "log_every", "num_chunks",
-                     "keep_checkpoints")
+    require_positive(config, "num_seeds", "total_timesteps", "eval_episodes", "log_every", "keep_checkpoints")
+    if config.num_chunks is not None:
+        require_positive(config, "num_chunks")
+    require_count(config.total_timesteps, "--total-timesteps", "it")
     if not 0 <= config.seed <= MAX_SEED - (config.num_seeds - 1):
         raise ConfigError(f"--seed {config.seed} with --num-seeds {config.num_seeds}: the seeds must lie in 0 to "
                           f"{MAX_SEED} (2**32 - 1)")

@@ -11,6 +11,7 @@ import time
 import warnings
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from harness.flags import ConfigError
@@ -180,60 +181,82 @@ def describe_returns(returns):
             f"max {np.nanmax(returns):8.2f}")
 
 
+def report(log_fn, agent, iteration, metrics):
+    """Calls `log_fn(agents, iteration, metrics)` on the host from an algorithm's jitted, vmapped code: one call
+    per device with the arrays of all its agents (`agents` 1-D, each metric one value per agent). Plain
+    `jax.debug.callback` would unroll one callback per agent into the program, so compile time would grow with
+    the seeds (30,000 seeds: minutes before the first line)."""
+
+    @jax.custom_batching.custom_vmap
+    def call(agent, iteration, metrics):  # not vmapped: one agent
+        jax.debug.callback(log_fn, agent[None], iteration, jax.tree.map(lambda x: x[None], metrics))
+        return jnp.zeros((), jnp.int32)
+
+    @call.def_vmap
+    def call_batched(axis_size, batched, agent, iteration, metrics):
+        if batched[1]:
+            raise ValueError("harness.report: the iteration must be the same for every agent")
+        agent, metrics = jax.tree.map(lambda x, b: x if b else jnp.broadcast_to(x, (axis_size,) + x.shape),
+                                      (agent, metrics), (batched[0], batched[2]))
+        jax.debug.callback(log_fn, agent, iteration, metrics)
+        return jnp.zeros((axis_size,), jnp.int32), True
+
+    call(jnp.asarray(agent), jnp.asarray(iteration), metrics)
+
+
 class Progress:
-    """The host side of an algorithm's `log_fn`: gathers one iteration's metrics from every agent this process
-    trains, then prints a line (process 0) and logs each sweep point to its wandb run. Training never waits on it
-    beyond the call itself."""
+    """The host side of an algorithm's `log_fn` (see `report`): gathers one iteration's metrics from every agent
+    this process trains, then prints a line (process 0) and logs each sweep point to its wandb run. Training
+    never waits on it beyond the call itself."""
 
     def __init__(self, config, points, agents, wandb_runs, keys):
         self.seed, self.num_seeds, self.points, self.keys = config.seed, config.num_seeds, points, keys
-        self.agents = set(agents)  # the agent indices this process trains
+        self.num_agents = len(agents)  # the agents this process trains
         self.wandb_runs = wandb_runs  # one per sweep point, or none
         self.pending = {}
         self.lock = threading.Lock()
         self.start = time.perf_counter()
         self.start_steps = 0  # env steps per agent already done when `start` was taken (a resumed run)
 
-    def __call__(self, agent, iteration, metrics):
-        agent, iteration = int(agent), int(iteration)
+    def __call__(self, agents, iteration, metrics):
+        iteration = int(iteration)
         with self.lock:
-            got = self.pending.setdefault(iteration, {})
-            got[agent] = {k: float(v) for k, v in metrics.items()}
-            if len(got) < len(self.agents):
+            got = self.pending.setdefault(iteration, [])
+            got.append((np.asarray(agents).ravel(), {k: np.asarray(v, float).ravel() for k, v in metrics.items()}))
+            if sum(len(a) for a, _ in got) < self.num_agents:
                 return
             del self.pending[iteration]
         if jax.process_index() == 0:
-            self._emit(iteration, got)
+            agents = np.concatenate([a for a, _ in got])
+            order = np.argsort(agents)
+            self._emit(iteration, agents[order], {k: np.concatenate([m[k] for _, m in got])[order] for k in got[0][1]})
 
-    def _emit(self, iteration, by_agent):
-        agents = sorted(by_agent)
-        first = by_agent[agents[0]]
-        returns = np.array([by_agent[a]["episode_return"] for a in agents])
-        env_steps = int(first["env_steps"])
+    def _emit(self, iteration, agents, metrics):
+        returns = metrics["episode_return"]
+        env_steps = int(metrics["env_steps"][0])
         sps = (env_steps - self.start_steps) * len(agents) / (time.perf_counter() - self.start)
         line = f"iteration {iteration + 1:6d}  env_steps {env_steps:10d}"
-        if "updates" in first:
-            line += f"  updates {int(first['updates']):9d}"
+        if "updates" in metrics:
+            line += f"  updates {int(metrics['updates'][0]):9d}"
         line += f"  sps {sps:10.0f}  {describe_returns(returns)}"
+        point = agents // self.num_seeds
         if len(self.points) > 1:
-            means = [nanmean([by_agent[a]["episode_return"] for a in agents if a // self.num_seeds == p])
-                     for p in range(len(self.points))]
-            line += "  by point: " + " ".join(f"{m:.1f}" for m in means)
+            line += "  by point: " + " ".join(f"{nanmean(returns[point == p]):.1f}" for p in range(len(self.points)))
         if len(agents) < len(self.points) * self.num_seeds:
             line += f"  ({len(agents)} agents of process 0)"
         print(line, flush=True)
         for p, wandb_run in enumerate(self.wandb_runs):
-            mine = [a for a in agents if a // self.num_seeds == p]
-            if wandb_run is None or not mine:
+            mine = point == p
+            if wandb_run is None or not mine.any():
                 continue
-            log = {"sps": sps * len(mine) / len(agents)}
+            log = {"sps": sps * mine.sum() / len(agents)}
             for key in self.keys[1:]:
-                log[f"{key}/mean"] = nanmean([by_agent[a][key] for a in mine])
-            point_returns = [by_agent[a]["episode_return"] for a in mine]
+                log[f"{key}/mean"] = nanmean(metrics[key][mine])
+            point_returns = returns[mine]
             log["episode_return/min"] = np.nan if np.all(np.isnan(point_returns)) else np.nanmin(point_returns)
             log["episode_return/max"] = np.nan if np.all(np.isnan(point_returns)) else np.nanmax(point_returns)
-            log.update({f"episode_return/seed_{self.seed + a % self.num_seeds}": by_agent[a]["episode_return"]
-                        for a in mine})
+            log.update({f"episode_return/seed_{self.seed + a % self.num_seeds}": float(r)
+                        for a, r in zip(agents[mine], point_returns, strict=True)})
             safe_wandb(wandb_run.log, log, step=env_steps)
 
 

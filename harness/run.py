@@ -2,8 +2,10 @@
 evaluated), every agent in one compiled program split over the devices."""
 
 import contextlib
+import dataclasses
 import io
 import itertools
+import math
 import os
 import signal
 import sys
@@ -22,6 +24,7 @@ from harness.records import Progress, RunDirectory
 from harness.scale import (
     agent_layout,
     any_process,
+    check_memory,
     check_sweep_points,
     choose_devices,
     gather,
@@ -95,10 +98,21 @@ def check(algorithm, config):
     points = sweep_points(algorithm, config)
     check_sweep_points(algorithm, config, points)
     iterations = algorithm.num_iterations(config)
-    if config.num_chunks > iterations:
+    if config.num_chunks is None:  # config.json records the count chosen, so --resume chunks the same way
+        work = config.total_timesteps * config.num_seeds * len(points)
+        config = dataclasses.replace(config, num_chunks=default_chunks(iterations,
+                                                                       work / algorithm.chunk_steps_of(config)))
+    elif config.num_chunks > iterations:
         raise ConfigError(f"--num-chunks {config.num_chunks} is more than the {iterations} iterations of this run; "
                           f"use 1 to {iterations}")
     return config, points
+
+
+def default_chunks(num_iterations, wanted) -> int:
+    """About `wanted` chunks: the first count from there to twice as many that divides the iterations (one scan
+    length to compile), else `wanted` itself (two lengths)."""
+    wanted = min(max(1, math.ceil(wanted)), num_iterations)
+    return next((k for k in range(wanted, min(2 * wanted, num_iterations) + 1) if num_iterations % k == 0), wanted)
 
 
 def chunk_ends(num_iterations, num_chunks) -> list[int]:
@@ -114,76 +128,86 @@ def train(algorithm, config, points):
     mesh = Mesh(np.array(choose_devices(config, len(keys))), ("agents",))
     sharding = NamedSharding(mesh, PartitionSpec("agents"))
     lead = jax.process_index() == 0  # process 0 writes the run directory and wandb
-    run_dir = RunDirectory(algorithm, config, points, lead)
-    progress = Progress(config, points, local_agents(sharding, len(keys)), run_dir.wandb_runs, metric_keys)
+    agents = local_agents(sharding, len(keys))
+    progress = Progress(config, points, agents, [], metric_keys)
     init, run = algorithm.make_train_parts(config, log_fn=progress)
     run = over_agents(run, mesh, (0, 0, None))
     agent_ids = to_agents(np.arange(len(keys), dtype=np.int32), sharding)
     num_iterations = algorithm.num_iterations(config)
-    try:
-        # From here on Ctrl-C or SIGTERM (during compilation too) stop the run where the running chunk ends.
-        with StopRequest() as stop, Checkpoints(run_dir.path, config.keep_checkpoints) as checkpoints:
-            if lead:
-                agents = (f"{config.num_seeds} seeds x {len(points)} sweep points" if run_dir.sweep
-                          else f"{len(keys)} agents")
-                print(f"{name} on {config.env}: {agents} x {config.total_timesteps} steps in {config.num_chunks} "
-                      f"chunk(s) on {mesh.devices.size} device(s), run dir {run_dir.path}", flush=True)
-            start_time = time.perf_counter()
-            restored = None
-            if config.resume is not None:
-                abstract_runner = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
-                                               jax.eval_shape(jax.vmap(init), keys, hparams))
-                restored = checkpoints.restore("--resume", name, config, abstract_runner, True)
-                if restored is None and lead:
-                    print("no checkpoint yet (the run stopped before its first chunk ended): starting it again")
-            if restored is not None:
-                runner, history, done = restored
-                if done == num_iterations and os.path.exists(os.path.join(run_dir.path, "summary.json")):
+    abstract_runner = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
+                                   jax.eval_shape(jax.vmap(init), keys, hparams))
+    ends = chunk_ends(num_iterations, config.num_chunks)
+    if lead:
+        described = (f"{config.num_seeds} seeds x {len(points)} sweep points" if len(points) > 1
+                     else f"{len(keys)} agents")
+        print(f"{name} on {config.env}: {described} x {config.total_timesteps} steps in {config.num_chunks} "
+              f"chunk(s) on {mesh.devices.size} device(s)", flush=True)
+    # From here on Ctrl-C or SIGTERM (during compilation too) stop the run where the running chunk ends.
+    with StopRequest() as stop:
+        start_time = time.perf_counter()
+        # Compiled from shapes alone, so a run too big for memory is refused before anything is allocated.
+        lengths = sorted({end - start for start, end in zip([0, *ends[:-1]], ends, strict=True)}, reverse=True)
+        compiled = {n: run.lower(agent_ids, abstract_runner, jax.ShapeDtypeStruct((n,), jnp.int32)).compile()
+                    for n in lengths}
+        compile_s = time.perf_counter() - start_time
+        state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(abstract_runner))
+        check_memory(config, algorithm, compiled.values(), state_bytes * len(agents) // len(keys),
+                     len(keys) * num_iterations * len(metric_keys) * 4)
+        run_dir = RunDirectory(algorithm, config, points, lead)
+        progress.wandb_runs = run_dir.wandb_runs
+        try:
+            with Checkpoints(run_dir.path, config.keep_checkpoints) as checkpoints:
+                if lead:
+                    print(f"compiled in {compile_s:.1f} s; run dir {run_dir.path}", flush=True)
+                restored = None
+                if config.resume is not None:
+                    restored = checkpoints.restore("--resume", name, config, abstract_runner, True)
+                    if restored is None and lead:
+                        print("no checkpoint yet (the run stopped before its first chunk ended): starting it again")
+                if restored is not None:
+                    runner, history, done = restored
+                    if done == num_iterations and os.path.exists(os.path.join(run_dir.path, "summary.json")):
+                        if lead:
+                            print(f"{run_dir.path} is finished ({done} of {num_iterations} iterations, summary.json "
+                                  "written): nothing to resume")
+                        run_dir.finish_wandb()
+                        return
                     if lead:
-                        print(f"{run_dir.path} is finished ({done} of {num_iterations} iterations, summary.json "
-                              "written): nothing to resume")
-                    run_dir.finish_wandb()
-                    return
+                        print(f"resuming after iteration {done} of {num_iterations}")
+                else:
+                    runner, history, done = init_agents(init, sharding, keys, hparams), None, 0
+                remaining = [end for end in ends if end > done]
+                chunks = list(zip([done, *remaining][:len(remaining)], remaining, strict=True))  # none: finished
                 if lead:
-                    print(f"resuming after iteration {done} of {num_iterations}")
-            else:
-                runner, history, done = init_agents(init, sharding, keys, hparams), None, 0
-            ends = [end for end in chunk_ends(num_iterations, config.num_chunks) if end > done]
-            chunks = list(zip([done, *ends][:len(ends)], ends, strict=True))  # none: finished, summary to write
-            compiled = {length: run.lower(agent_ids, runner, jnp.arange(length)).compile()
-                        for length in sorted({end - start for start, end in chunks}, reverse=True)}
-            compile_s = time.perf_counter() - start_time
-            if lead:
-                print(f"compiled in {compile_s:.1f} s")
-                run_dir.open_metrics(metric_keys, history)
-            profile_dir = os.path.join(run_dir.path, "profile")
-            progress.start = time.perf_counter()
-            progress.start_steps = int(history["env_steps"][0, done - 1]) if done else 0
-            for start, end in chunks:
-                profiled = config.profile and start == done and lead
-                trace = jax.profiler.trace(profile_dir, create_perfetto_trace=True) if profiled else None
-                with trace or contextlib.nullcontext():
-                    runner, metrics = compiled[end - start](agent_ids, runner, jnp.arange(start, end))
-                    metrics = gather(metrics)
-                jax.effects_barrier()  # the chunk's progress lines are out before anything below
-                if lead:
-                    run_dir.append_metrics(start, metrics)
-                if metrics["nonfinite"].any():
-                    raise nonfinite_stop(names, start, metrics["nonfinite"], start, algorithm.nonfinite_hint)
-                history = metrics if history is None else jax.tree.map(
-                    lambda a, b: np.concatenate([a, b], axis=1), history, metrics)
-                checkpoints.save(end, runner, history, name, config)
-                signum = any_process(stop.signal or 0)  # a signal to any process stops them all
-                if signum and end < num_iterations:
-                    raise RunStopped(f"{signal.Signals(signum).name}: stopped after iteration {end} of "
-                                     f"{num_iterations}, metrics and checkpoint written; continue with: python "
-                                     f"{algorithm.script} --resume {run_dir.path}", 128 + signum)
-    except OSError as error:  # metrics.csv or a checkpoint could not be written
-        run_dir.finish_wandb(exit_code=1)
-        raise write_failed(error, algorithm.script, run_dir.path) from None
-    except BaseException:
-        run_dir.finish_wandb(exit_code=1)
-        raise
+                    run_dir.open_metrics(metric_keys, history)
+                profile_dir = os.path.join(run_dir.path, "profile")
+                progress.start = time.perf_counter()
+                progress.start_steps = int(history["env_steps"][0, done - 1]) if done else 0
+                for start, end in chunks:
+                    profiled = config.profile and start == done and lead
+                    trace = jax.profiler.trace(profile_dir, create_perfetto_trace=True) if profiled else None
+                    with trace or contextlib.nullcontext():
+                        runner, metrics = compiled[end - start](agent_ids, runner, jnp.arange(start, end))
+                        metrics = gather(metrics)
+                    jax.effects_barrier()  # the chunk's progress lines are out before anything below
+                    if lead:
+                        run_dir.append_metrics(start, metrics)
+                    if metrics["nonfinite"].any():
+                        raise nonfinite_stop(names, start, metrics["nonfinite"], start, algorithm.nonfinite_hint)
+                    history = metrics if history is None else jax.tree.map(
+                        lambda a, b: np.concatenate([a, b], axis=1), history, metrics)
+                    checkpoints.save(end, runner, history, name, config)
+                    signum = any_process(stop.signal or 0)  # a signal to any process stops them all
+                    if signum and end < num_iterations:
+                        raise RunStopped(f"{signal.Signals(signum).name}: stopped after iteration {end} of "
+                                         f"{num_iterations}, metrics and checkpoint written; continue with: python "
+                                         f"{algorithm.script} --resume {run_dir.path}", 128 + signum)
+        except OSError as error:  # metrics.csv or a checkpoint could not be written
+            run_dir.finish_wandb(exit_code=1)
+            raise write_failed(error, algorithm.script, run_dir.path) from None
+        except BaseException:
+            run_dir.finish_wandb(exit_code=1)
+            raise
     train_s = time.perf_counter() - progress.start
     if config.profile and lead:
         print(f"profiler trace in {profile_dir}: open its *.trace.json.gz at https://ui.perfetto.dev "

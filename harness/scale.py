@@ -233,3 +233,57 @@ def any_process(value: int) -> int:
 def barrier(name: str):
     if jax.process_count() > 1:
         multihost_utils.sync_global_devices(name)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Memory
+
+
+def available_memory(device) -> tuple[int | None, str]:
+    """-> (bytes a run can still allocate on `device`, where that is): an accelerator's free memory, or for CPU
+    devices the host's available memory (within a cgroup's limit); None where it cannot be told."""
+    stats = device.memory_stats() if device.platform != "cpu" else None
+    if stats and "bytes_limit" in stats:
+        return stats["bytes_limit"] - stats.get("bytes_in_use", 0), f"{device.platform} device {device.id}"
+    free = None
+    try:
+        with open("/proc/meminfo") as f:
+            free = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        pass
+    try:  # cgroup v2: a container's limit may be far below the host's memory
+        with open("/sys/fs/cgroup/memory.max") as f, open("/sys/fs/cgroup/memory.current") as g:
+            limit = f.read().strip()
+            if limit != "max":
+                left = int(limit) - int(g.read())
+                free = left if free is None else min(free, left)
+    except (OSError, ValueError):
+        pass
+    return free, "this host"
+
+
+def check_memory(config, algorithm, programs, state_bytes, host_bytes):
+    """ConfigError, before anything is allocated, when the run cannot fit: each compiled training program's
+    arguments, outputs and temporaries (XLA's `memory_analysis`, per device), plus one more copy of the agents'
+    state (a checkpoint copies it to the host) and `host_bytes` (the metrics history), against the memory
+    available. Host devices share the host's memory, so on CPU their needs add up."""
+    devices = jax.local_devices()
+    per_device = 0
+    for program in programs:
+        stats = program.memory_analysis()
+        if stats is None:
+            return
+        per_device = max(per_device, stats.argument_size_in_bytes + stats.output_size_in_bytes
+                         - stats.alias_size_in_bytes + stats.temp_size_in_bytes)
+    on_cpu = devices[0].platform == "cpu"
+    need = per_device * (len(devices) if on_cpu else 1) + (state_bytes + host_bytes if on_cpu else 0)
+    free, where = available_memory(devices[0])
+    if free is None or need <= free:
+        return
+    flags = [flag("num_seeds")] + ([flag("sweep") + " values"] if config.sweep else [])
+    flags += [flag(name) for name in algorithm.size_flags if hasattr(config, name)]
+    if host_bytes > state_bytes:
+        flags.append(flag("total_timesteps"))
+    lower = f"{', '.join(flags[:-1])} or {flags[-1]}" if len(flags) > 1 else flags[0]
+    raise ConfigError(f"the run needs about {need / 1e9:.1f} GB of memory ({state_bytes / 1e9:.1f} GB of it the "
+                      f"state of its agents) and {where} has {free / 1e9:.1f} GB available: lower {lower}")

@@ -113,7 +113,8 @@ def test_logging_does_not_change_results():
     jax.effects_barrier()
     for key in logged:
         np.testing.assert_array_equal(logged[key], silent[key], err_msg=key)
-    assert len(calls) == 2 * 3  # 2 agents x updates 2, 4, 6
+    # One call per report (updates 2, 4, 6) with both agents' values, not one per agent.
+    assert [(len(a), int(i)) for a, i, _ in calls] == [(2, 1), (2, 3), (2, 5)]
 
 
 def test_continuous_small_run(tmp_path):
