@@ -175,8 +175,8 @@ def check_flags(config):
     if config.num_devices is not None and config.num_devices <= 0:
         raise ConfigError(f"--num-devices must be a positive integer, got {config.num_devices}")
     if config.num_processes > 1 and config.coordinator_address is None:
-        raise ConfigError(f"a multi-process run needs --coordinator-address host:port and --process-id in 0 to "
-                          f"{config.num_processes - 1}")
+        raise ConfigError(f"--num-processes {config.num_processes}: a multi-process run needs --coordinator-address "
+                          f"host:port and --process-id in 0 to {config.num_processes - 1}")
     if not 0 <= config.process_id < config.num_processes:
         raise ConfigError(f"--process-id {config.process_id} must lie in 0 to --num-processes - 1 "
                           f"({config.num_processes - 1})")

@@ -6,6 +6,7 @@ import csv
 import dataclasses
 import json
 import os
+import shutil
 import threading
 import time
 import warnings
@@ -52,14 +53,25 @@ class RunDirectory:
         self.sweep = len(points) > 1
         self.point_dirs = [os.path.join(self.path, point_label(p)) if self.sweep else self.path for p in points]
         self.wandb_runs = []
-        if config.track and lead:
-            for p in points:  # once wandb could not start, the other points do not try (and wait) again
-                if self.wandb_runs and self.wandb_runs[-1] is None:
-                    self.wandb_runs.append(None)
-                    continue
-                self.wandb_runs.append(start_wandb(
-                    config, f"{self.run_name}/{point_label(p)}" if self.sweep else self.run_name, self.path,
-                    (config.wandb_group or self.run_name) if self.sweep else config.wandb_group, p))
+
+    def give_up(self):
+        """A new run that cannot go on before it started (it does not fit in memory): its directory goes."""
+        if self.lead and self.config.resume is None:
+            shutil.rmtree(self.path, ignore_errors=True)
+
+    def start_wandb(self):
+        """One wandb run per sweep point (--track, process 0); once one could not start, the others do not try
+        (and wait) again."""
+        config = self.config
+        if not (config.track and self.lead):
+            return
+        for p in self.points:
+            if self.wandb_runs and self.wandb_runs[-1] is None:
+                self.wandb_runs.append(None)
+                continue
+            self.wandb_runs.append(start_wandb(
+                config, f"{self.run_name}/{point_label(p)}" if self.sweep else self.run_name, self.path,
+                (config.wandb_group or self.run_name) if self.sweep else config.wandb_group, p))
 
     def open_metrics(self, keys, history=None):
         """Starts each point's metrics.csv; a resumed run's is rebuilt from `history`, the metrics its checkpoint

@@ -31,6 +31,7 @@ from harness.scale import (
     init_agents,
     local_agents,
     over_agents,
+    size_flags,
     sweep_points,
     to_agents,
 )
@@ -59,6 +60,12 @@ def main(algorithm, config=None):
     except RunStopped as stopped:
         print(stopped, file=sys.stderr)
         sys.exit(stopped.code)
+    except jax.errors.JaxRuntimeError as error:  # an allocation the memory check did not foresee
+        if "RESOURCE_EXHAUSTED" not in str(error):
+            raise
+        cause = str(error).strip().splitlines()[0]
+        print(f"error: out of memory ({cause}): lower {size_flags(algorithm, config)}", file=sys.stderr)
+        sys.exit(1)
 
 
 def parse_flags(algorithm):
@@ -137,13 +144,14 @@ def train(algorithm, config, points):
     abstract_runner = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
                                    jax.eval_shape(jax.vmap(init), keys, hparams))
     ends = chunk_ends(num_iterations, config.num_chunks)
-    if lead:
-        described = (f"{config.num_seeds} seeds x {len(points)} sweep points" if len(points) > 1
-                     else f"{len(keys)} agents")
-        print(f"{name} on {config.env}: {described} x {config.total_timesteps} steps in {config.num_chunks} "
-              f"chunk(s) on {mesh.devices.size} device(s)", flush=True)
     # From here on Ctrl-C or SIGTERM (during compilation too) stop the run where the running chunk ends.
     with StopRequest() as stop:
+        run_dir = RunDirectory(algorithm, config, points, lead)  # claimed, config.json written
+        if lead:
+            described = (f"{config.num_seeds} seeds x {len(points)} sweep points" if run_dir.sweep
+                         else f"{len(keys)} agents")
+            print(f"{name} on {config.env}: {described} x {config.total_timesteps} steps in {config.num_chunks} "
+                  f"chunk(s) on {mesh.devices.size} device(s), run dir {run_dir.path}", flush=True)
         start_time = time.perf_counter()
         # Compiled from shapes alone, so a run too big for memory is refused before anything is allocated.
         lengths = sorted({end - start for start, end in zip([0, *ends[:-1]], ends, strict=True)}, reverse=True)
@@ -151,14 +159,18 @@ def train(algorithm, config, points):
                     for n in lengths}
         compile_s = time.perf_counter() - start_time
         state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(abstract_runner))
-        check_memory(config, algorithm, compiled.values(), state_bytes * len(agents) // len(keys),
-                     len(keys) * num_iterations * len(metric_keys) * 4)
-        run_dir = RunDirectory(algorithm, config, points, lead)
+        try:
+            check_memory(config, algorithm, compiled.values(), state_bytes * len(agents) // len(keys),
+                         len(keys) * num_iterations * len(metric_keys) * 4)
+        except ConfigError:
+            run_dir.give_up()
+            raise
+        run_dir.start_wandb()
         progress.wandb_runs = run_dir.wandb_runs
         try:
             with Checkpoints(run_dir.path, config.keep_checkpoints) as checkpoints:
                 if lead:
-                    print(f"compiled in {compile_s:.1f} s; run dir {run_dir.path}", flush=True)
+                    print(f"compiled in {compile_s:.1f} s", flush=True)
                 restored = None
                 if config.resume is not None:
                     restored = checkpoints.restore("--resume", name, config, abstract_runner, True)

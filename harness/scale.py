@@ -134,13 +134,26 @@ def seed_keys(config) -> np.ndarray:
 
 
 def agent_layout(algorithm, config, points):
-    """-> (keys, hparams {field: (agents,) float32}, names), numpy, one row per agent (point-major)."""
+    """-> (keys, hparams {field: (agents,) float32}, names), one row per agent (point-major); numpy arrays, built
+    in time linear in the agents, and the agents' names made only when asked for."""
     keys = np.tile(seed_keys(config), (len(points), 1))
-    hparams = {k: np.array([p.get(k, getattr(config, k)) for p in points for _ in range(config.num_seeds)],
-                           np.float32) for k in algorithm.sweepable_of(config)}
-    names = [str(config.seed + s) if len(points) == 1 else f"{config.seed + s} at {point_label(p)}"
-             for p in points for s in range(config.num_seeds)]
-    return keys, hparams, names
+    hparams = {k: np.repeat(np.array([p.get(k, getattr(config, k)) for p in points], np.float32), config.num_seeds)
+               for k in algorithm.sweepable_of(config)}
+    return keys, hparams, AgentNames(config, points)
+
+
+class AgentNames:
+    """Agent i's name in messages: its seed ("6"), and in a sweep its point ("6 at learning_rate=0.001")."""
+
+    def __init__(self, config, points):
+        self.seed, self.num_seeds, self.points = config.seed, config.num_seeds, points
+
+    def __len__(self):
+        return self.num_seeds * len(self.points)
+
+    def __getitem__(self, i):
+        p, s = divmod(i, self.num_seeds)
+        return str(self.seed + s) if len(self.points) == 1 else f"{self.seed + s} at {point_label(self.points[p])}"
 
 
 def point_rows(tree, p, num_seeds):
@@ -280,10 +293,14 @@ def check_memory(config, algorithm, programs, state_bytes, host_bytes):
     free, where = available_memory(devices[0])
     if free is None or need <= free:
         return
+    raise ConfigError(f"the run needs about {need / 1e9:.1f} GB of memory ({state_bytes / 1e9:.1f} GB of it the "
+                      f"state of its agents) and {where} has {free / 1e9:.1f} GB available: lower "
+                      f"{size_flags(algorithm, config, host_bytes > state_bytes)}")
+
+
+def size_flags(algorithm, config, history=False) -> str:
+    """The flags that lower the memory a run needs: "--num-seeds, --buffer-size or --hidden-size"."""
     flags = [flag("num_seeds")] + ([flag("sweep") + " values"] if config.sweep else [])
     flags += [flag(name) for name in algorithm.size_flags if hasattr(config, name)]
-    if host_bytes > state_bytes:
-        flags.append(flag("total_timesteps"))
-    lower = f"{', '.join(flags[:-1])} or {flags[-1]}" if len(flags) > 1 else flags[0]
-    raise ConfigError(f"the run needs about {need / 1e9:.1f} GB of memory ({state_bytes / 1e9:.1f} GB of it the "
-                      f"state of its agents) and {where} has {free / 1e9:.1f} GB available: lower {lower}")
+    flags += [flag("total_timesteps")] if history else []
+    return f"{', '.join(flags[:-1])} or {flags[-1]}" if len(flags) > 1 else flags[0]

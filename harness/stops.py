@@ -35,7 +35,8 @@ def write_failed(error: OSError, script, run_dir):
 def nonfinite_stop(names, first, flags, last_good, hint):
     """RunStopped (exit 1) naming the agents and the first iteration whose `nonfinite` flag is set."""
     rows, iterations = np.nonzero(flags)
-    bad = ", ".join(str(names[i]) for i in sorted(set(rows.tolist())))
+    agents = sorted(set(rows.tolist()))
+    bad = ", ".join(str(names[i]) for i in agents[:8]) + (f" and {len(agents) - 8} more" if len(agents) > 8 else "")
     kept = f"the last good checkpoint is at iteration {last_good}" if last_good else "no checkpoint was written"
     return RunStopped(f"error: non-finite loss or parameters in seed(s) {bad}, first at iteration "
                       f"{first + iterations.min()} (metrics.csv's numbering); training stopped, {kept}. "

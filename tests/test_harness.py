@@ -358,7 +358,7 @@ def test_bad_gif_paths_exit_2(tmp_path, capsys):
 
 @pytest.mark.parametrize("args, message", [
     (["--env", "CartPol-v1"], "error: --env: unknown env 'CartPol-v1': did you mean CartPole-v1"),
-    (["--num-processes", "2"], "error: a multi-process run needs --coordinator-address"),
+    (["--num-processes", "2"], "error: --num-processes 2: a multi-process run needs --coordinator-address"),
     # tyro's own parse errors, its box turned into the one line
     (["--num-seeds", "x"], "error: Error parsing --num-seeds: invalid literal for int() with base 10: 'x'"),
     (["--num-seed", "4"], "error: Unrecognized options: --num-seed"),
