@@ -27,10 +27,12 @@ from harness.scale import (
     check_memory,
     check_sweep_points,
     choose_devices,
+    exit_on_lost_peers,
     gather,
     init_agents,
     local_agents,
     over_agents,
+    peers_within_timeout,
     size_flags,
     sweep_points,
     to_agents,
@@ -168,7 +170,8 @@ def train(algorithm, config, points):
         run_dir.start_wandb()
         progress.wandb_runs = run_dir.wandb_runs
         try:
-            with Checkpoints(run_dir.path, config.keep_checkpoints) as checkpoints:
+            # exit_on_lost_peers is left first: a lost peer ends this process before orbax waits for it.
+            with Checkpoints(run_dir.path, config.keep_checkpoints) as checkpoints, exit_on_lost_peers():
                 if lead:
                     print(f"compiled in {compile_s:.1f} s", flush=True)
                 restored = None
@@ -208,7 +211,8 @@ def train(algorithm, config, points):
                         raise nonfinite_stop(names, start, metrics["nonfinite"], start, algorithm.nonfinite_hint)
                     history = metrics if history is None else jax.tree.map(
                         lambda a, b: np.concatenate([a, b], axis=1), history, metrics)
-                    checkpoints.save(end, runner, history, name, config)
+                    with peers_within_timeout("a chunk's checkpoint"):  # orbax syncs the processes
+                        checkpoints.save(end, runner, history, name, config)
                     signum = any_process(stop.signal or 0)  # a signal to any process stops them all
                     if signum and end < num_iterations:
                         raise RunStopped(f"{signal.Signals(signum).name}: stopped after iteration {end} of "
@@ -226,7 +230,7 @@ def train(algorithm, config, points):
               "(the trace adds overhead to train_s)")
 
     evaluate = over_agents(make_evaluate(algorithm, config), mesh, (0, 0))
-    eval_returns, stats = gather(evaluate(to_agents(evaluation_keys(keys), sharding), runner))
+    eval_returns, stats = gather(evaluate(to_agents(evaluation_keys(keys), sharding), runner), "the final evaluation")
     if not lead:
         return
     env_steps = int(history["env_steps"][0, -1])

@@ -3,11 +3,13 @@ process. Agents are point-major: agent p * num_seeds + s trains sweep point p wi
 sees the seeds of a run without --sweep."""
 
 import argparse
+import contextlib
 import dataclasses
 import itertools
 import os
 import sys
 import threading
+import time
 
 import jax
 import numpy as np
@@ -56,6 +58,122 @@ def start_processes(argv=None):
                                    initialization_timeout=timeout + 30)
     finally:
         watchdog.cancel()
+    PEERS.update(timeout=timeout, process_id=process_id, num_processes=num_processes)
+    threading.Thread(target=_beat, args=(process_id, min(5.0, timeout / 4)), daemon=True).start()
+
+
+def _beat(process_id, every):
+    """This process's heartbeat for its peers' watchdogs: a counter in the coordination service's key-value
+    store, raised every `every` seconds while the process lives."""
+    from jax._src import distributed
+
+    client = distributed.global_state.client
+    for beat in itertools.count():
+        try:
+            client.key_value_set(f"scanrl/alive/{process_id}", str(beat), allow_overwrite=True)
+        except Exception:
+            return
+        time.sleep(every)
+
+
+# A multi-process run's --distributed-timeout, set by start_processes: how long a collective waits for its peers.
+PEERS = {"timeout": None, "process_id": 0, "num_processes": 1}
+_collectives = itertools.count()
+
+
+@contextlib.contextmanager
+def peers_within_timeout(what):
+    """Around this process's part of a collective (`what`: where in the run): if some peers have not reached it
+    within --distributed-timeout seconds, they died or hang, and this process exits 1 with one line naming them,
+    before JAX's own heartbeat timeout ends it with a C++ stack dump. Each process marks its arrival in the
+    coordination service's key-value store, which tells the missing ones apart; once all have arrived, it waits
+    as long as the collective takes."""
+    if jax.process_count() == 1 or PEERS["timeout"] is None:
+        yield
+        return
+    from jax._src import distributed
+
+    client, number = distributed.global_state.client, next(_collectives)
+    me, timeout = PEERS["process_id"], PEERS["timeout"]
+    count = PEERS["num_processes"]
+
+    def read(key):
+        try:
+            return client.key_value_try_get(key)
+        except Exception:  # not there
+            return None
+
+    def watch():
+        """Every few seconds: a peer whose heartbeat stood still for --distributed-timeout seconds died; one that
+        has not reached this collective within that time died or hangs. All alive and arrived (a slow disk,
+        say): wait on."""
+        beats, since, start = {}, {}, time.monotonic()
+        while not done.wait(min(5.0, timeout / 4)):
+            now = time.monotonic()
+            if read(f"scanrl/{number}/{me}") is None:  # not even this process's mark: the store went with process 0
+                exit_for_lost_peers(what, [0], "the coordinator does not answer")
+            for p in range(count):
+                beat = read(f"scanrl/alive/{p}")
+                if beat != beats.get(p):
+                    beats[p], since[p] = beat, now
+            dead = [p for p in range(count) if now - since[p] >= timeout]
+            late = [p for p in range(count) if read(f"scanrl/{number}/{p}") is None] \
+                if now - start >= timeout else []
+            if dead or late:
+                exit_for_lost_peers(what, dead or late, f"{'no heartbeat' if dead else 'not there'} for {timeout} s, "
+                                                        "--distributed-timeout")
+
+    try:
+        client.key_value_set(f"scanrl/{number}/{me}", "1")
+    except Exception:
+        pass
+    done = threading.Event()
+    threading.Thread(target=watch, daemon=True).start()
+    try:
+        yield
+    finally:
+        done.set()
+
+
+def peer_failure(error) -> bool:
+    """Whether an error of a multi-process run says a peer process is gone (a collective's connection reset, the
+    coordination service's heartbeat timeout)."""
+    text = str(error)
+    return jax.process_count() > 1 and any(sign in text for sign in (
+        "Gloo", "Connection reset", "heartbeat", "UNAVAILABLE", "coordination service"))
+
+
+@contextlib.contextmanager
+def exit_on_lost_peers(what="the end of a chunk"):
+    """An error that says a peer process is gone (from a collective, orbax's included) ends this process with
+    `exit_for_lost_peers`; other errors pass."""
+    try:
+        yield
+    except Exception as error:
+        if peer_failure(error):
+            exit_for_lost_peers(what, cause=str(error))
+        raise
+
+
+def exit_for_lost_peers(what, missing=None, cause=""):
+    """One line naming the processes of the run that are gone (`missing`; else those the coordination service no
+    longer counts live), then exit 1 at once: a normal exit would wait in JAX's shutdown barrier for the dead
+    peers and end in a C++ stack dump."""
+    from jax._src import distributed
+
+    me, count = PEERS["process_id"], PEERS["num_processes"]
+    if missing is None:
+        try:
+            live = distributed.global_state.client.get_live_nodes(list(range(count)))
+            missing = [p for p in range(count) if p not in live]
+        except Exception:
+            missing = []
+    who = f"process(es) {', '.join(map(str, missing))}" if missing else "another process"
+    cause = cause.strip().splitlines()[0][:200] if cause else ""
+    print(f"error: process {me} of {count}: {who} did not reach {what}{f' ({cause})' if cause else ''}: they died "
+          "or hang; restart every process with --resume <run dir> to go on from the last checkpoint",
+          file=sys.stderr, flush=True)
+    os._exit(1)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -222,10 +340,11 @@ def init_agents(init, sharding, keys, hparams):
         (len(keys),) + xs[0].shape[1:], sharding, list(xs)), *shards)
 
 
-def gather(tree):
+def gather(tree, what="the end of a chunk"):
     """Every agent's values as numpy on this host; with several processes a collective that all of them join."""
     if jax.process_count() > 1:
-        return multihost_utils.process_allgather(tree, tiled=True)
+        with peers_within_timeout(what):
+            return multihost_utils.process_allgather(tree, tiled=True)
     return jax.device_get(tree)
 
 
@@ -233,19 +352,16 @@ def broadcast(value: int) -> int:
     """Process 0's value of an integer, on every process."""
     if jax.process_count() == 1:
         return value
-    return int(multihost_utils.broadcast_one_to_all(np.int32(value)))
+    with peers_within_timeout("the start of the run"):
+        return int(multihost_utils.broadcast_one_to_all(np.int32(value)))
 
 
 def any_process(value: int) -> int:
     """The largest of an integer over all processes (e.g. a signal any of them received)."""
     if jax.process_count() == 1:
         return value
-    return int(np.max(multihost_utils.process_allgather(np.int32(value))))
-
-
-def barrier(name: str):
-    if jax.process_count() > 1:
-        multihost_utils.sync_global_devices(name)
+    with peers_within_timeout("a chunk's checkpoint"):
+        return int(np.max(multihost_utils.process_allgather(np.int32(value))))
 
 
 # ---------------------------------------------------------------------------------------------------------------
