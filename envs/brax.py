@@ -108,8 +108,20 @@ def make(env_id: str, backend: str | None = None, max_steps_in_episode: int = 10
     if not is_installed():
         raise ValueError(f"{env_id!r} needs Brax, which is not installed: {INSTALL_HINT}")
     import brax.envs
+    import mujoco
 
+    if mujoco.get_mju_user_warning() is None:  # else MuJoCo appends its warnings to ./MUJOCO_LOG.TXT
+        mujoco.set_mju_user_warning(_mujoco_warning)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # "Brax ... not actively being maintained"
+        # "Brax ... not actively being maintained", and MuJoCo's deprecation warnings about Brax's model files
+        warnings.simplefilter("ignore", UserWarning)
         brax_env = brax.envs.get_environment(task, backend=backend, **kwargs)
     return BraxEnv(brax_env, f"brax/{task}:{backend}"), EnvParams(max_steps_in_episode=max_steps_in_episode)
+
+
+class MujocoWarning(UserWarning):
+    """A warning of MuJoCo's C library (a model or simulation problem), shown through Python's warnings."""
+
+
+def _mujoco_warning(message):
+    warnings.warn(f"MuJoCo: {message}", MujocoWarning, stacklevel=2)

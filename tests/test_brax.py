@@ -109,3 +109,4 @@ def test_td3_smoke_on_halfcheetah(run_script, tmp_path, monkeypatch):
     assert run_dir.name.startswith("brax-halfcheetah__td3__")
     assert summary["env"] == "brax/halfcheetah" and summary["env_steps"] == 64 and summary["updates"] == 34
     assert np.isfinite(summary["eval_return"][0])  # one full 1000-step episode of the deterministic actor
+    assert not (tmp_path / "MUJOCO_LOG.TXT").exists()  # MuJoCo's warnings go through Python's, not into the cwd
