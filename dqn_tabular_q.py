@@ -245,12 +245,7 @@ def make_tabular_train(config: Config, log_fn=None):
                 "epsilon": epsilon,
                 "nonfinite": ~harness.all_finite(q_table),  # checked by the host after each chunk
             }
-            if log_fn is not None:
-                jax.lax.cond(
-                    (update + 1) % config.log_every == 0,
-                    lambda: harness.report(log_fn, agent, update, metrics),
-                    lambda: None,
-                )
+            harness.report(log_fn, agent, update, metrics, every=config.log_every)
             return TabularState(q_table, env_state_end, state, rng, hparams), metrics
 
         return jax.lax.scan(_update_step, runner, updates)
@@ -448,12 +443,7 @@ def make_dqn_train(config: Config, log_fn=None):
                 # Checked by the host after each chunk: no sync here (loss/td is NaN by design before learning).
                 "nonfinite": ~harness.all_finite((state_end.train_state, state_end.target_params)),
             }
-            if log_fn is not None:
-                jax.lax.cond(
-                    (update + 1) % config.log_every == 0,
-                    lambda: harness.report(log_fn, agent, update, metrics),
-                    lambda: None,
-                )
+            harness.report(log_fn, agent, update, metrics, every=config.log_every)
             return state_end, metrics
 
         return jax.lax.scan(_update_step, state, updates)
@@ -579,12 +569,7 @@ def make_pqn_train(config: Config, log_fn=None):
                 "q_value": q_mean.mean(),
                 "nonfinite": ~harness.all_finite((loss, train_state)),  # checked by the host after each chunk
             }
-            if log_fn is not None:
-                jax.lax.cond(
-                    (update + 1) % config.log_every == 0,
-                    lambda: harness.report(log_fn, agent, update, metrics),
-                    lambda: None,
-                )
+            harness.report(log_fn, agent, update, metrics, every=config.log_every)
             return PQNState(train_state, env_state_end, obs, rng, hparams), metrics
 
         return jax.lax.scan(_update_step, state, updates)

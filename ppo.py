@@ -301,12 +301,7 @@ def make_train_parts(config: Config, log_fn=None):
                 # Checked by the host after each chunk: no sync here.
                 "nonfinite": ~harness.all_finite((train_state, stats)),  # parameters and Adam moments
             }
-            if log_fn is not None:
-                jax.lax.cond(
-                    (update + 1) % config.log_every == 0,
-                    lambda: harness.report(log_fn, agent, update, metrics),
-                    lambda: None,
-                )
+            harness.report(log_fn, agent, update, metrics, every=config.log_every)
             return RunnerState(train_state, env_state, obs, rng, hparams), metrics
 
         return jax.lax.scan(_update_step, runner, updates)

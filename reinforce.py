@@ -289,12 +289,7 @@ def make_train_parts(config: Config, log_fn=None):
                 # learned baseline; the critic's parameters and Adam moments are checked instead.)
                 "nonfinite": ~harness.all_finite((actor_state, critic_state, actor_loss)),
             }
-            if log_fn is not None:
-                jax.lax.cond(
-                    (epoch + 1) % config.log_every == 0,
-                    lambda: harness.report(log_fn, agent, epoch, metrics),
-                    lambda: None,
-                )
+            harness.report(log_fn, agent, epoch, metrics, every=config.log_every)
             return RunnerState(actor_state, critic_state, env_state, obs, rng, hparams), metrics
 
         return jax.lax.scan(_epoch, runner, epochs)

@@ -354,8 +354,7 @@ def make_train_parts(config: Config, log_fn=None):
                 # without updates; the parameters are what a divergence breaks.)
                 "nonfinite": ~harness.all_finite(runner.learner),
             }
-            if log_fn is not None:
-                harness.report(log_fn, agent, row, metrics)
+            harness.report(log_fn, agent, row, metrics)  # every row: a row is --log-every env steps
             return runner, metrics
 
         return jax.lax.scan(_row, runner, rows)

@@ -28,7 +28,7 @@ class Algorithm:
       metric has one value per iteration: `env_steps` (so far, per agent), `episodes` (ended in the iteration),
       `episode_return` (their mean, NaN if none ended), `nonfinite` (see `harness.all_finite`), optionally
       `updates` (gradient updates so far) and anything else named in `metric_keys`. `run` calls
-      `harness.report(log_fn, agent, iteration, metrics)` when it reports progress.
+      `harness.report(log_fn, agent, iteration, metrics, every=config.log_every)` in each iteration.
     """
 
     name: str | Callable[[Any], str]
