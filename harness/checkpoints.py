@@ -40,7 +40,11 @@ class Checkpoints:
             if exc_type is None:
                 raise
         finally:
-            self.manager.close()
+            try:
+                self.manager.close()  # it waits again, and raises a failed write again
+            except (OSError, ValueError, RuntimeError) as error:
+                if exc_type is None:
+                    raise self._write_error(error) from None
 
     def save(self, done, runner, history, name, config):
         """Starts writing checkpoint `done` in the background; a failed write (this one's or the one before's)

@@ -45,7 +45,7 @@ def main(algorithm, config=None):
     (--resume) or trains a new one. A bad config ends with its one line `error: ...` and exit code 2, before
     anything is compiled or written; a run stopped early (signal, non-finite values) with its own line and code."""
     try:
-        given = ()
+        given = None  # the fields the command line names; None when `config` is given
         if config is None:
             config = parse_flags(algorithm)
             given = given_fields(algorithm, sys.argv[1:])
@@ -53,7 +53,7 @@ def main(algorithm, config=None):
             evaluate_run(algorithm, config)
             return
         if config.resume is not None:
-            config = resumed_config(algorithm, config, given)
+            config = resumed_config(algorithm, config, given or ())
         config, points = check(algorithm, config)
         train(algorithm, config, points)
     except ConfigError as error:
@@ -61,6 +61,10 @@ def main(algorithm, config=None):
         sys.exit(2)
     except RunStopped as stopped:
         print(stopped, file=sys.stderr)
+        if stopped.abandon and given is not None:  # from the command line: nothing of this process is needed
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(stopped.code)
         sys.exit(stopped.code)
     except jax.errors.JaxRuntimeError as error:  # an allocation the memory check did not foresee
         if "RESOURCE_EXHAUSTED" not in str(error):

@@ -10,11 +10,12 @@ import numpy as np
 
 class RunStopped(Exception):
     """A run ended before its last chunk, its metrics and last good checkpoint written: `harness.main` prints the
-    message and exits with `code`."""
+    message and exits with `code`. `abandon`: background writers (orbax's) may still hold failed writes, so a
+    command-line run ends at once rather than wait for them (their tracebacks would follow the message)."""
 
-    def __init__(self, message, code):
+    def __init__(self, message, code, abandon=False):
         super().__init__(message)
-        self.code = code
+        self.code, self.abandon = code, abandon
 
 
 def all_finite(tree):
@@ -29,7 +30,7 @@ def write_failed(error: OSError, script, run_dir):
     where = f" {error.filename}" if error.filename else ""
     return RunStopped(f"error: cannot write{where}: {error.strerror or error}; training stopped, the checkpoints "
                       f"written so far are kept; make room (or fix permissions), then continue with: python {script} "
-                      f"--resume {run_dir}", 1)
+                      f"--resume {run_dir}", 1, abandon=True)
 
 
 def nonfinite_stop(names, first, flags, last_good, hint):
