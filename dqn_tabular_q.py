@@ -361,10 +361,7 @@ def make_dqn_train(config: Config, log_fn=None):
         rng, key_init, key_reset = jax.random.split(rng, 3)
         obs, env_state = env.reset(key_reset, env_params)
         params = network.init(key_init, obs[0])
-        train_state = TrainState.create(apply_fn=network.apply, params=params, tx=tx)
-        opt_state = train_state.opt_state
-        injected = {k: jnp.asarray(hparams[k], jnp.float32) for k in opt_state.hyperparams}
-        train_state = train_state.replace(opt_state=opt_state._replace(hyperparams=injected))
+        train_state = harness.with_hparams(TrainState.create(apply_fn=network.apply, params=params, tx=tx), hparams)
         buffer = ReplayBuffer.create(config.buffer_size, obs.shape[1:])
         return DQNState(train_state, train_state.params, buffer, env_state, obs, rng, hparams)
 
@@ -512,10 +509,8 @@ def make_pqn_train(config: Config, log_fn=None):
         hparams = default_hparams(config) if hparams is None else hparams
         rng, key_init, key_reset = jax.random.split(rng, 3)
         obs, env_state = env.reset(key_reset, env_params)
-        train_state = TrainState.create(apply_fn=network.apply, params=network.init(key_init, obs[0]), tx=tx)
-        opt_state = train_state.opt_state
-        injected = {k: jnp.asarray(hparams[k], jnp.float32) for k in opt_state.hyperparams}
-        train_state = train_state.replace(opt_state=opt_state._replace(hyperparams=injected))
+        params = network.init(key_init, obs[0])
+        train_state = harness.with_hparams(TrainState.create(apply_fn=network.apply, params=params, tx=tx), hparams)
         return PQNState(train_state, env_state, obs, rng, hparams)
 
     def run(agent, state, updates):

@@ -207,10 +207,7 @@ def make_train_parts(config: Config, log_fn=None):
         rng, key_actor, key_critic, key_reset = jax.random.split(rng, 4)
         obs, env_state = env.reset(key_reset, env_params)
         params = {"actor": actor.init(key_actor, obs[0]), "critic": critic.init(key_critic, obs[0])}
-        train_state = TrainState.create(apply_fn=None, params=params, tx=tx)
-        opt_state = train_state.opt_state
-        injected = {k: jnp.asarray(hparams[k], jnp.float32) for k in opt_state.hyperparams}
-        train_state = train_state.replace(opt_state=opt_state._replace(hyperparams=injected))
+        train_state = harness.with_hparams(TrainState.create(apply_fn=None, params=params, tx=tx), hparams)
         return RunnerState(train_state, env_state, obs, rng, hparams)
 
     def run(agent, runner, updates):

@@ -248,9 +248,7 @@ def make_train_parts(config: Config, log_fn=None):
         )
 
         def train_state(params):
-            state = TrainState.create(apply_fn=None, params=params, tx=tx)
-            injected = {k: jnp.asarray(hparams[k], jnp.float32) for k in state.opt_state.hyperparams}
-            return state.replace(opt_state=state.opt_state._replace(hyperparams=injected))
+            return harness.with_hparams(TrainState.create(apply_fn=None, params=params, tx=tx), hparams)
 
         learner = Learner(train_state(actor_params), train_state(critic_params), actor_params, critic_params)
         zeros = jnp.zeros(config.num_envs)

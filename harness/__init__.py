@@ -30,8 +30,8 @@ from harness.algorithm import Algorithm  # noqa: E402
 from harness.flags import ConfigError, Flags, require_between, require_count, require_positive  # noqa: E402
 from harness.records import report  # noqa: E402
 from harness.run import check, main  # noqa: E402
-from harness.scale import start_processes, swept  # noqa: E402
+from harness.scale import start_processes, swept, with_hparams  # noqa: E402
 from harness.stops import all_finite  # noqa: E402
 
 __all__ = ["Algorithm", "ConfigError", "Flags", "all_finite", "check", "main", "report", "require_between",
-           "require_count", "require_positive", "start_processes", "swept"]
+           "require_count", "require_positive", "start_processes", "swept", "with_hparams"]

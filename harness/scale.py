@@ -12,6 +12,7 @@ import threading
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import PartitionSpec
@@ -221,6 +222,15 @@ def sweep_points(algorithm, config) -> list[dict]:
         fields.append(name)
         grids.append(parsed)
     return [dict(zip(fields, values, strict=True)) for values in itertools.product(*grids)]
+
+
+def with_hparams(train_state, hparams):
+    """`train_state` (a flax TrainState whose optimizer is `optax.inject_hyperparams`, flattened or not) holding
+    this agent's values of the swept fields its optimizer names (`learning_rate`, `max_grad_norm`) as float32
+    arrays: each agent of a sweep carries its own."""
+    opt_state = train_state.opt_state
+    injected = {k: jnp.asarray(hparams[k], jnp.float32) for k in opt_state.hyperparams}
+    return train_state.replace(opt_state=opt_state._replace(hyperparams=injected))
 
 
 def point_label(point: dict) -> str:
