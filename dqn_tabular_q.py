@@ -535,7 +535,7 @@ def make_pqn_train(config: Config, log_fn=None):
             return train_state.apply_gradients(grads=grads), (loss, q_mean)
 
         def _update_epoch(batch, train_state, key):
-            order = jax.random.permutation(key, batch_size)
+            order = harness.fast.permutation(key, batch_size)
             minibatches = jax.tree.map(lambda x: x[order].reshape(config.num_minibatches, minibatch_size,
                                                                   *x.shape[1:]), batch)
             return jax.lax.scan(_update_minibatch, train_state, minibatches)

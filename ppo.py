@@ -108,6 +108,7 @@ class Critic(nn.Module):
 class Transition(NamedTuple):
     obs: jax.Array
     action: jax.Array
+    pi: tuple  # the parameters of the acting policy's distribution: (logits,) or (mean, std)
     reward: jax.Array
     terminated: jax.Array
     done: jax.Array
@@ -142,6 +143,20 @@ def calculate_gae(rewards, values, next_values, terminated, dones, gamma, gae_la
 
     _, advantages = jax.lax.scan(_backward, jnp.zeros_like(deltas[0]), (deltas, decay), reverse=True)
     return advantages, advantages + values
+
+
+def next_state_values(value_fn, values, traj, last_obs, max_truncated):
+    """V(next obs) of every step of a rollout (num_steps, num_envs) for GAE: V(obs[t + 1]) (`values` shifted, and
+    V(last_obs) after the last step), except where an episode ended at t, where the next observation is the final
+    one. Only truncated endings bootstrap from it (a termination's is masked out), and a time limit allows at most
+    `max_truncated` of them per rollout: the critic evaluates those final observations alone, not every step's."""
+    num_steps, num_envs = values.shape
+    truncated = (traj.done * (1.0 - traj.terminated)).reshape(-1)
+    rows = jnp.nonzero(truncated, size=max_truncated, fill_value=truncated.size)[0]  # past the end: dropped below
+    final_obs = traj.next_obs.reshape(truncated.size, -1)[jnp.minimum(rows, truncated.size - 1)]
+    extra = value_fn(jnp.concatenate([last_obs, final_obs]))
+    next_values = jnp.concatenate([values[1:], extra[None, :num_envs]]).reshape(-1)
+    return next_values.at[rows].set(extra[num_envs:], mode="drop").reshape(num_steps, num_envs)
 
 
 def draw_noise(key, shape, discrete: bool):
@@ -188,6 +203,9 @@ def make_train_parts(config: Config, log_fn=None):
         env, env_params = envs.make_vec(
             config.env, config.num_envs, normalize_obs=True, normalize_reward=True, gamma=config.gamma
         )
+    # A time limit of L steps truncates an env at most (num_steps - 1) // L + 1 times in a rollout.
+    time_limit = getattr(env_params, "max_steps_in_episode", None) or 1
+    max_truncations = config.num_envs * min(config.num_steps, (config.num_steps - 1) // time_limit + 1)
     anneal = optax.identity()
     if config.anneal_lr:
         anneal = optax.scale_by_schedule(
@@ -221,8 +239,9 @@ def make_train_parts(config: Config, log_fn=None):
                 env_keys, env_state, action, env_params
             )
             transition = Transition(
-                obs, action, reward, terminated.astype(jnp.float32), info["episode_done"].astype(jnp.float32),
-                info["final_observation"], info["episode_return"], info["episode_length"],
+                obs, action, (pi.logits,) if discrete else (pi.loc, pi.scale_diag), reward,
+                terminated.astype(jnp.float32), info["episode_done"].astype(jnp.float32), info["final_observation"],
+                info["episode_return"], info["episode_length"],
             )
             return RunnerState(train_state, env_state, next_obs, rng, hparams), transition
 
@@ -256,7 +275,7 @@ def make_train_parts(config: Config, log_fn=None):
         def _update_epoch(carry, _):
             train_state, batch, rng = carry
             rng, key_perm = jax.random.split(rng)
-            permutation = jax.random.permutation(key_perm, batch_size)
+            permutation = harness.fast.permutation(key_perm, batch_size)
             minibatches = jax.tree.map(
                 lambda x: x[permutation].reshape((config.num_minibatches, minibatch_size) + x.shape[1:]), batch
             )
@@ -273,12 +292,14 @@ def make_train_parts(config: Config, log_fn=None):
             )
             runner, traj = jax.lax.scan(_env_step, runner._replace(rng=rng), noise)
             train_state, env_state, obs, rng, hparams = runner
-            # Values, next values and old log-probs in one batched pass each, outside the rollout scan:
-            # fewer, larger ops than evaluating them step by step.
+            # Values in one batched pass, outside the rollout scan (fewer, larger ops than step by step); the old
+            # log-probs from the distributions the rollout acted with, no second actor pass.
             params = train_state.params
             values = critic.apply(params["critic"], traj.obs)
-            next_values = critic.apply(params["critic"], traj.next_obs)
-            log_probs = actor.apply(params["actor"], traj.obs).log_prob(traj.action)
+            next_values = next_state_values(lambda x: critic.apply(params["critic"], x), values, traj, obs,
+                                            max_truncations)
+            old_pi = distrax.Categorical(*traj.pi) if discrete else distrax.MultivariateNormalDiag(*traj.pi)
+            log_probs = old_pi.log_prob(traj.action)
             advantages, targets = calculate_gae(
                 traj.reward, values, next_values, traj.terminated, traj.done, hp["gamma"], hp["gae_lambda"]
             )

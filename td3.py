@@ -407,6 +407,7 @@ ALGORITHM = harness.Algorithm(
     name="td3", config=Config, make_train_parts=make_train_parts, num_iterations=num_iterations,
     policy=deterministic_policy, metric_keys=METRIC_KEYS, sweepable=SWEEPABLE, validate=validate,
     result_flags=("log_every",),  # it sets the metrics rows, the iterations of the training scan
+    log_period=lambda config: 1,  # a progress line every row
     chunk_steps=60_000, size_flags=("buffer_size", "num_envs", "batch_size", "hidden_size"),  # ~2k steps/s, Pendulum
 )
 

@@ -28,7 +28,9 @@ class Algorithm:
       metric has one value per iteration: `env_steps` (so far, per agent), `episodes` (ended in the iteration),
       `episode_return` (their mean, NaN if none ended), `nonfinite` (see `harness.all_finite`), optionally
       `updates` (gradient updates so far) and anything else named in `metric_keys`. `run` calls
-      `harness.report(log_fn, agent, iteration, metrics, every=config.log_every)` in each iteration.
+      `harness.report(log_fn, agent, iteration, metrics, every=config.log_every)` in each iteration, for users of
+      `make_train`; the harness passes no `log_fn` (a program with host callbacks cannot go into JAX's compilation
+      cache) and prints the progress lines between the pieces of a chunk (see `log_period`).
     """
 
     name: str | Callable[[Any], str]
@@ -66,6 +68,8 @@ class Algorithm:
     within about a minute, its checkpoint written"""
     size_flags: tuple[str, ...] = ()
     """the fields (besides --num-seeds) that set the memory a run needs, named when a run does not fit"""
+    log_period: Callable[[Any], int] | None = None
+    """iterations between progress lines (and wandb logs) for a config; None: `config.log_every`"""
     final_stats: Callable | None = None
     """`(config, runner) -> {name: array}` of one agent at the end of training (jittable), for `write_stats`"""
     write_stats: Callable | None = None
@@ -82,6 +86,9 @@ class Algorithm:
 
     def chunk_steps_of(self, config) -> int:
         return self.chunk_steps(config) if callable(self.chunk_steps) else self.chunk_steps
+
+    def log_period_of(self, config) -> int:
+        return self.log_period(config) if self.log_period is not None else config.log_every
 
     def sweepable_of(self, config) -> tuple[str, ...]:
         return self.sweepable(config) if callable(self.sweepable) else self.sweepable

@@ -46,6 +46,9 @@ class Flags:
     """run directory name, one path component; default {env}__{algorithm}__{seed}__{unix time}_{random suffix}"""
     log_every: int = 20
     """print progress (and log to wandb) every this many iterations"""
+    compile_cache: str | None = None
+    """directory of JAX's persistent compilation cache, so a rerun of the same command loads its compiled programs
+    instead of compiling them; off: no cache (default: $SCANRL_COMPILE_CACHE, else ~/.cache/scanrl/jax)"""
     profile: bool = False
     """write a JAX profiler trace of the first chunk of training to <run dir>/profile (Perfetto / TensorBoard)"""
     # chunks, checkpoints, resume and evaluation
@@ -85,8 +88,8 @@ class Flags:
 
 # Flags that change what is logged or where, not what is computed: they may differ on --resume and --eval.
 LOGGING_FLAGS = ("track", "wandb_project", "wandb_entity", "wandb_group", "out_dir", "run_name", "log_every",
-                 "profile", "keep_checkpoints", "resume", "eval", "seed_index", "eval_episodes", "gif", "num_devices",
-                 "coordinator_address", "num_processes", "process_id", "distributed_timeout")
+                 "profile", "compile_cache", "keep_checkpoints", "resume", "eval", "seed_index", "eval_episodes",
+                 "gif", "num_devices", "coordinator_address", "num_processes", "process_id", "distributed_timeout")
 MAX_SEED = 2**32 - 1  # a JAX key holds a 32-bit seed here; larger ones would alias smaller ones
 MAX_COUNT = 2**31 - 1  # step, iteration and update counters are int32 inside the compiled programs
 

@@ -7,7 +7,6 @@ import dataclasses
 import json
 import os
 import shutil
-import threading
 import time
 import warnings
 
@@ -222,31 +221,28 @@ def report(log_fn, agent, iteration, metrics, every=1):
 
 
 class Progress:
-    """The host side of an algorithm's `log_fn` (see `report`): gathers one iteration's metrics from every agent
-    this process trains, then prints a line (process 0) and logs each sweep point to its wandb run. Training
-    never waits on it beyond the call itself."""
+    """The progress lines of a run (process 0): after each piece of a chunk, a line for each iteration due (every
+    `period`) over the agents of this process, and each sweep point's metrics to its wandb run."""
 
-    def __init__(self, config, points, agents, wandb_runs, keys):
+    def __init__(self, config, points, agents, wandb_runs, keys, period):
         self.seed, self.num_seeds, self.points, self.keys = config.seed, config.num_seeds, points, keys
-        self.num_agents = len(agents)  # the agents this process trains
+        self.agents = np.sort(agents)  # the agents this process trains
+        self.period = period
         self.wandb_runs = wandb_runs  # one per sweep point, or none
-        self.pending = {}
-        self.lock = threading.Lock()
         self.start = time.perf_counter()
         self.start_steps = 0  # env steps per agent already done when `start` was taken (a resumed run)
 
-    def __call__(self, agents, iteration, metrics):
-        iteration = int(iteration)
-        with self.lock:
-            got = self.pending.setdefault(iteration, [])
-            got.append((np.asarray(agents).ravel(), {k: np.asarray(v, float).ravel() for k, v in metrics.items()}))
-            if sum(len(a) for a, _ in got) < self.num_agents:
-                return
-            del self.pending[iteration]
-        if jax.process_index() == 0:
-            agents = np.concatenate([a for a, _ in got])
-            order = np.argsort(agents)
-            self._emit(iteration, agents[order], {k: np.concatenate([m[k] for _, m in got])[order] for k in got[0][1]})
+    def show(self, start, count, rows):
+        """`rows`: the metrics of iterations start .. start + count - 1 (and unused rows after), as arrays over all
+        agents split over the devices; this process reads its own shards (waiting for them)."""
+        due = [i for i in range(count) if (start + i + 1) % self.period == 0]
+        if not due:
+            return
+        local = {k: np.concatenate([np.asarray(shard.data) for shard in
+                                    sorted(v.addressable_shards, key=lambda shard: shard.index[0].start or 0)])
+                 for k, v in rows.items()}  # rows of this process's agents, in ascending order
+        for i in due:
+            self._emit(start + i, self.agents, {k: v[:, i].astype(float) for k, v in local.items()})
 
     def _emit(self, iteration, agents, metrics):
         returns = metrics["episode_return"]

@@ -17,6 +17,7 @@ import numpy as np
 import tyro
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from harness import compile_cache
 from harness.checkpoints import Checkpoints
 from harness.evaluation import evaluate_run, evaluation_keys, make_evaluate
 from harness.flags import ConfigError, check_flags, given_fields, resumed_config
@@ -49,6 +50,7 @@ def main(algorithm, config=None):
         if config is None:
             config = parse_flags(algorithm)
             given = given_fields(algorithm, sys.argv[1:])
+        compile_cache.start(config.compile_cache)
         if config.eval is not None:
             evaluate_run(algorithm, config)
             return
@@ -135,6 +137,47 @@ def chunk_ends(num_iterations, num_chunks) -> list[int]:
     return list(itertools.accumulate(size + (i < longer) for i in range(num_chunks)))
 
 
+def make_segment(run, one_agent, length):
+    """`segment(agent, runner, start, count) -> (runner, metrics)`: `count` (at most `length`) iterations of `run`
+    from iteration `start`, their metrics in the first `count` of `length` rows. A loop with a trip count known
+    only at run time, so one compiled program runs every piece of every chunk."""
+    shapes = jax.eval_shape(lambda runner: run(jnp.int32(0), runner, jnp.zeros((1,), jnp.int32)), one_agent)[1]
+
+    def segment(agent, runner, start, count):
+        def iteration(i, carry):
+            runner, rows = carry
+            runner, metrics = run(agent, runner, (start + i)[None])
+            return runner, jax.tree.map(lambda r, m: jax.lax.dynamic_update_slice_in_dim(r, m, i, 0), rows, metrics)
+
+        rows = jax.tree.map(lambda x: jnp.zeros((length,) + x.shape[1:], x.dtype), shapes)
+        return jax.lax.fori_loop(0, count, iteration, (runner, rows))
+
+    return segment
+
+
+def run_chunk(compiled, agent_ids, runner, start, end, period, length, progress):
+    """Iterations [start, end) as pieces of the compiled segment program, each ending where a progress line is
+    due (or at `end`); while one piece runs, the host prints the last one's lines. -> (runner, every agent's
+    metrics of the chunk, as numpy)."""
+    pieces, shown = [], 0
+    while start < end:
+        count = min(end, (start // period + 1) * period, start + length) - start
+        runner, rows = compiled(agent_ids, runner, np.int32(start), np.int32(count))
+        pieces.append((start, count, rows))
+        start += count
+        if progress is not None:
+            for piece in pieces[shown:-1]:
+                progress.show(*piece)
+            shown = len(pieces) - 1
+    if progress is not None:
+        for piece in pieces[shown:]:
+            progress.show(*piece)
+    rows = gather([rows for _, _, rows in pieces])
+    return runner, jax.tree.map(lambda *xs: np.concatenate(xs, axis=1),
+                                *[jax.tree.map(lambda x, n=count: x[:, :n], r) for (_, count, _), r in
+                                  zip(pieces, rows, strict=True)])
+
+
 def train(algorithm, config, points):
     name, metric_keys = algorithm.name_of(config), algorithm.metric_keys_of(config)
     keys, hparams, names = agent_layout(algorithm, config, points)
@@ -142,14 +185,17 @@ def train(algorithm, config, points):
     sharding = NamedSharding(mesh, PartitionSpec("agents"))
     lead = jax.process_index() == 0  # process 0 writes the run directory and wandb
     agents = local_agents(sharding, len(keys))
-    progress = Progress(config, points, agents, [], metric_keys)
-    init, run = algorithm.make_train_parts(config, log_fn=progress)
-    run = over_agents(run, mesh, (0, 0, None))
+    period = algorithm.log_period_of(config)
+    progress = Progress(config, points, agents, [], metric_keys, period)
+    init, run = algorithm.make_train_parts(config)  # no log_fn: progress lines come from the host, below
     agent_ids = to_agents(np.arange(len(keys), dtype=np.int32), sharding)
     num_iterations = algorithm.num_iterations(config)
+    one_agent = jax.eval_shape(init, keys[0], {k: v[0] for k, v in hparams.items()})
     abstract_runner = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
                                    jax.eval_shape(jax.vmap(init), keys, hparams))
     ends = chunk_ends(num_iterations, config.num_chunks)
+    length = min(period, max(end - start for start, end in zip([0, *ends[:-1]], ends, strict=True)))
+    segment = over_agents(make_segment(run, one_agent, length), mesh, (0, 0, None, None))
     # From here on Ctrl-C or SIGTERM (during compilation too) stop the run where the running chunk ends.
     with StopRequest() as stop:
         run_dir = RunDirectory(algorithm, config, points, lead)  # claimed, config.json written
@@ -159,14 +205,13 @@ def train(algorithm, config, points):
             print(f"{name} on {config.env}: {described} x {config.total_timesteps} steps in {config.num_chunks} "
                   f"chunk(s) on {mesh.devices.size} device(s), run dir {run_dir.path}", flush=True)
         start_time = time.perf_counter()
-        # Compiled from shapes alone, so a run too big for memory is refused before anything is allocated.
-        lengths = sorted({end - start for start, end in zip([0, *ends[:-1]], ends, strict=True)}, reverse=True)
-        compiled = {n: run.lower(agent_ids, abstract_runner, jax.ShapeDtypeStruct((n,), jnp.int32)).compile()
-                    for n in lengths}
+        # Compiled once, from shapes alone, so a run too big for memory is refused before anything is allocated.
+        scalar = jax.ShapeDtypeStruct((), jnp.int32)
+        compiled = segment.lower(agent_ids, abstract_runner, scalar, scalar).compile()
         compile_s = time.perf_counter() - start_time
         state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(abstract_runner))
         try:
-            check_memory(config, algorithm, compiled.values(), state_bytes * len(agents) // len(keys),
+            check_memory(config, algorithm, [compiled], state_bytes * len(agents) // len(keys),
                          len(keys) * num_iterations * len(metric_keys) * 4)
         except ConfigError:
             run_dir.give_up()
@@ -206,9 +251,8 @@ def train(algorithm, config, points):
                     profiled = config.profile and start == done and lead
                     trace = jax.profiler.trace(profile_dir, create_perfetto_trace=True) if profiled else None
                     with trace or contextlib.nullcontext():
-                        runner, metrics = compiled[end - start](agent_ids, runner, jnp.arange(start, end))
-                        metrics = gather(metrics)
-                    jax.effects_barrier()  # the chunk's progress lines are out before anything below
+                        runner, metrics = run_chunk(compiled, agent_ids, runner, start, end, period, length,
+                                                    progress if lead else None)
                     if lead:
                         run_dir.append_metrics(start, metrics)
                     if metrics["nonfinite"].any():

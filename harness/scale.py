@@ -339,13 +339,16 @@ def local_agents(sharding, num_agents) -> list[int]:
 
 
 def init_agents(init, sharding, keys, hparams):
-    """jit(vmap(init)) on each of this process's devices for that device's agents, one device after the other,
-    assembled into arrays split over the agents. One after the other: XLA:CPU (jax 0.10.2) deadlocked running
-    the orthogonal initialiser's QR decompositions on two host devices at once."""
+    """jit(vmap(init)) for each of this process's devices' agents, assembled into arrays split over the agents.
+    Every device's agents are initialised on the first device, one device after the other, then moved: one
+    compile instead of one per device, and never two host devices at once (XLA:CPU, jax 0.10.2, deadlocked
+    running the orthogonal initialiser's QR decompositions on two host devices at once)."""
     jitted, shards = jax.jit(jax.vmap(init)), []
-    for device, index in sharding.addressable_devices_indices_map(keys.shape[:1]).items():
-        local = jax.device_put((keys[index], {k: v[index] for k, v in hparams.items()}), device)
-        shards.append(jax.block_until_ready(jitted(*local)))
+    placement = sharding.addressable_devices_indices_map(keys.shape[:1])
+    first = next(iter(placement))
+    for device, index in placement.items():
+        local = jax.device_put((keys[index], {k: v[index] for k, v in hparams.items()}), first)
+        shards.append(jax.device_put(jax.block_until_ready(jitted(*local)), device))
     return jax.tree.map(lambda *xs: jax.make_array_from_single_device_arrays(
         (len(keys),) + xs[0].shape[1:], sharding, list(xs)), *shards)
 

@@ -15,6 +15,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def compile_cache(tmp_path_factory):
+    """One compilation cache for the session's tests (shared by pytest-xdist's workers, whose temporary
+    directories share a parent), not the user's ~/.cache: many tests compile the same programs."""
+    root = tmp_path_factory.getbasetemp()
+    path = (root.parent if root.name.startswith("popen-gw") else root) / "compile-cache"
+    os.environ.setdefault("SCANRL_COMPILE_CACHE", str(path))
+    return path
+
+
 @pytest.fixture
 def run_script(tmp_path):
     """`run_script("ppo.py", "--total-timesteps", "1024", ...)` -> CompletedProcess, run in `tmp_path` with

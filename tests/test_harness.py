@@ -34,7 +34,7 @@ from harness.scale import seed_keys
 # scanning learning rates on tiny runs (the first bad iteration is read from metrics.csv, not assumed).
 CASES = {
     "ppo": ("ppo", dict(total_timesteps=4 * 512, num_seeds=2, log_every=1, eval_episodes=3),
-            dict(env="Pendulum-v1", learning_rate=10.0, total_timesteps=8 * 512, num_chunks=8)),
+            dict(env="Pendulum-v1", learning_rate=12.0, total_timesteps=8 * 512, num_chunks=8)),
     "reinforce": ("reinforce", dict(total_timesteps=4 * 512, num_seeds=2, train_v_iters=5, log_every=1,
                                     eval_episodes=3),
                   dict(env="Pendulum-v1", pi_lr=30.0, total_timesteps=8 * 512, num_chunks=8)),

@@ -63,7 +63,7 @@ def one_device_run(tmp_path_factory):
         if key not in made:
             out_dir = tmp_path_factory.mktemp(f"{case}_{seed}")
             module, config = tiny_config(case, out_dir, seed=seed, num_seeds=2, num_chunks=1, run_name="run",
-                                         **overrides)
+                                         num_devices=1, **overrides)
             module.main(config)
             made[key] = out_dir / "run"
         return made[key]
@@ -109,7 +109,7 @@ def test_two_processes_on_localhost_write_one_run_with_all_seeds(one_device_run,
         s.bind(("localhost", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path)}
-    env.pop("XLA_FLAGS", None)  # one CPU device per process
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"  # one CPU device per process
     flags = tiny_flags("ppo", num_seeds=4, run_name="multi", out_dir=str(tmp_path / "runs"),
                        coordinator_address=f"localhost:{port}", num_processes=2)
     processes = [subprocess.Popen([sys.executable, str(ROOT / "ppo.py"), *flags, "--process-id", str(i)],
@@ -230,9 +230,10 @@ def test_ppo_refuses_gamma_sweep_with_normalization(spec, message):
 
 
 def test_devices_that_do_not_divide_the_agents_exit_2(capsys, tmp_path):
-    module, config = tiny_config("ppo", tmp_path, num_devices=2)  # this test process has one device
+    seen = len(jax.devices())  # this test process's CPU devices: one per core
+    module, config = tiny_config("ppo", tmp_path, num_devices=seen + 1)
     code, err = exit_code_and_error(capsys, module.main, config)
-    assert code == 2 and "--num-devices 2: this process sees 1 device(s)" in err[0]
+    assert code == 2 and f"--num-devices {seen + 1}: this process sees {seen} device(s)" in err[0]
     assert not any(tmp_path.iterdir())
 
 
