@@ -141,7 +141,10 @@ def make_segment(run, one_agent, length):
     """`segment(agent, runner, start, count) -> (runner, metrics)`: `count` (at most `length`) iterations of `run`
     from iteration `start`, their metrics in the first `count` of `length` rows. A loop with a trip count known
     only at run time, so one compiled program runs every piece of every chunk."""
-    shapes = jax.eval_shape(lambda runner: run(jnp.int32(0), runner, jnp.zeros((1,), jnp.int32)), one_agent)[1]
+    # Under jit, the trace that finds the metrics' shapes is the one the loop's body reuses (jit's trace cache).
+    run = jax.jit(run)
+    shapes = jax.eval_shape(run, jax.ShapeDtypeStruct((), jnp.int32), one_agent,
+                            jax.ShapeDtypeStruct((1,), jnp.int32))[1]
 
     def segment(agent, runner, start, count):
         def iteration(i, carry):

@@ -123,6 +123,33 @@ def test_uneven_chunks_equal_one_train(case, tmp_path):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
 
 
+def test_a_compile_cache_hit_gives_identical_results(tmp_path):
+    """The second run of a command loads its programs from the persistent compilation cache (JAX counts the hits)
+    and gives bit-identical metrics and returns; the cache lives where --compile-cache says."""
+    hits = []
+
+    def count(event, **kwargs):
+        if event == "/jax/compilation_cache/cache_hits":
+            hits.append(event)
+
+    module, config = tiny_config("ppo", tmp_path / "runs", compile_cache=str(tmp_path / "cache"))
+    jax.monitoring.register_event_listener(count)
+    try:
+        counts = []
+        for name in ("first", "second"):
+            before = len(hits)
+            module.main(dataclasses.replace(config, run_name=name))
+            counts.append(len(hits) - before)
+    finally:
+        jax.monitoring.unregister_event_listener(count)
+    assert counts[0] == 0 and counts[1] >= 1, counts
+    assert list((tmp_path / "cache").glob("*/jit_segment-*")), "no training program in the cache"
+    first, second = (tmp_path / "runs" / name for name in ("first", "second"))
+    assert (first / "metrics.csv").read_bytes() == (second / "metrics.csv").read_bytes()
+    summaries = [json.loads((d / "summary.json").read_text()) for d in (first, second)]
+    assert summaries[0]["eval_return"] == summaries[1]["eval_return"]
+
+
 @pytest.fixture(scope="module")
 def finished_runs(tmp_path_factory):
     """One finished tiny run per case (every checkpoint kept), made once, copied by the tests that change it."""
@@ -263,7 +290,10 @@ def test_run_writes_every_output(run_script, tmp_path):
     assert config["algo"] == "ppo" and config["num_seeds"] == 2 and config["learning_rate"] == 2.5e-4
     assert set(summary) == {"algo", "env", "num_seeds", "seeds", "total_timesteps", "env_steps", "compile_s",
                             "train_s", "sps", "final_return", "eval_return", "resumed_after_iteration", "num_devices",
-                            "num_processes", "sweep_point"}
+                            "num_processes", "sweep_point", "eval_return_iqm", "final_return_iqm"}
+    iqm = summary["eval_return_iqm"]  # 2 seeds: the IQM is their mean, the interval spans the resampled means
+    assert iqm["iqm"] == pytest.approx(np.mean(summary["eval_return"])) and iqm["n"] == 2
+    assert iqm["ci"] == pytest.approx(sorted(summary["eval_return"]))
     assert summary["algo"] == "ppo" and summary["env_steps"] == 2048 and summary["seeds"] == [0, 1]
     assert summary["resumed_after_iteration"] is None and summary["sweep_point"] is None
     assert summary["sps"] == pytest.approx(2048 * 2 / summary["train_s"])
