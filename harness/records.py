@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from harness import aggregate
 from harness.flags import ConfigError
 from harness.scale import broadcast, point_label, point_rows
 from harness.tracking import finish_wandb, safe_wandb, start_wandb
@@ -107,10 +108,15 @@ class RunDirectory:
             summary = {"algo": self.name, "env": config.env, "num_seeds": config.num_seeds, "seeds": seeds,
                        "total_timesteps": config.total_timesteps, "env_steps": int(metrics["env_steps"][0, -1]),
                        **extra, "sweep_point": point or None,
-                       "final_return": to_json(final), "eval_return": to_json(returns)}
+                       "final_return": to_json(final), "eval_return": to_json(returns),
+                       # over seeds, as rliable reports them: IQM with its 95% stratified-bootstrap interval
+                       "eval_return_iqm": aggregate.summarize(returns),
+                       "final_return_iqm": aggregate.summarize(final)}
             print(f"final return (last 10% of training): mean {nanmean(final):.2f}, per seed "
                   + " ".join(f"{r:.1f}" for r in final))
-            print(f"eval return (deterministic policy):  mean {returns.mean():.2f}, per seed "
+            iqm = summary["eval_return_iqm"]
+            iqm = f"IQM {iqm['iqm']:.2f} [{iqm['ci'][0]:.2f}, {iqm['ci'][1]:.2f}], " if iqm["n"] else ""
+            print(f"eval return (deterministic policy):  mean {returns.mean():.2f}, {iqm}per seed "
                   + " ".join(f"{r:.1f}" for r in returns))
             if algorithm.write_stats is not None and point_stats:
                 fields, more_images = algorithm.write_stats(config, point_dir, point_stats)

@@ -1,0 +1,234 @@
+"""benchmarks/learning.py: the suites are runnable, the report's numbers come from the run directories, and the CLI
+runs a tiny suite through the scripts, reruns nothing that finished, resumes what stopped and refuses bad names."""
+
+import dataclasses
+import importlib
+import importlib.util
+import json
+import os
+
+import numpy as np
+import pytest
+import scipy.stats
+import tyro
+
+import harness
+from benchmarks import learning
+from harness import aggregate
+
+SCRIPT = "benchmarks/learning.py"
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def fake_run(out_dir, e: learning.Entry, eval_return, final_return, metrics):
+    """A finished run directory as the scripts write it: config.json, metrics.csv and summary.json. `metrics`: rows
+    (seed, iteration, env_steps, episodes, episode_return)."""
+    run_dir = out_dir / e.name
+    run_dir.mkdir(parents=True)
+    config = {"algo": learning.SCRIPT_ALGO[e.algo], "env": e.env, "total_timesteps": e.total_timesteps,
+              "num_seeds": e.num_seeds, "seed": e.seed}
+    (run_dir / "config.json").write_text(json.dumps(config))
+    lines = ["seed,iteration,env_steps,episodes,episode_return,nonfinite"]
+    lines += [f"{s},{i},{steps},{n},{ret},False" for s, i, steps, n, ret in metrics]
+    (run_dir / "metrics.csv").write_text("\n".join(lines) + "\n")
+    summary = {"algo": config["algo"], "env": e.env, "num_seeds": e.num_seeds, "seeds": list(range(e.num_seeds)),
+               "total_timesteps": e.total_timesteps, "env_steps": e.total_timesteps, "compile_s": 1.5,
+               "train_s": 12.0, "final_return": final_return, "eval_return": eval_return}
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    return run_dir
+
+
+def curve_rows(num_seeds, iterations=6):
+    """Every seed ends one episode per iteration, with return seed + iteration."""
+    return [(s, i, 100 * (i + 1), 1, float(s + i)) for i in range(iterations) for s in range(num_seeds)]
+
+
+def table_row(text, name):
+    (row,) = [line for line in text.splitlines() if line.startswith(f"| {name} |")]
+    return [cell.strip() for cell in row.strip("|").split("|")]
+
+
+def loop_iqm(values):
+    values = sorted(values)
+    cut = int(0.25 * len(values))
+    kept = values[cut:len(values) - cut]
+    return sum(kept) / len(kept)
+
+
+@pytest.fixture
+def fabricated(tmp_path):
+    """Three finished entries (ppo on CartPole and Breakout, dqn on Breakout) and one never run."""
+    out_dir = tmp_path / "runs"
+    entries = (
+        learning.entry("ppo-cart", "ppo", "ppo.py", "CartPole-v1", 1000, 5,
+                       reference=learning.Reference(490.04, "490.04 ± 6.12", "CleanRL docs")),
+        learning.entry("ppo-breakout", "ppo", "ppo.py", "Breakout-MinAtar", 1000, 4),
+        learning.entry("dqn-breakout", "dqn", "dqn_tabular_q.py", "Breakout-MinAtar", 1000, 4, ("--agent", "dqn")),
+        learning.entry("pqn-cart", "pqn", "dqn_tabular_q.py", "CartPole-v1", 1000, 4, ("--agent", "pqn")),
+    )
+    fake_run(out_dir, entries[0], [100.0, 200.0, None, 300.0, 400.0], [90.0, 190.0, 280.0, 300.0, 500.0],
+             curve_rows(5))
+    fake_run(out_dir, entries[1], [2.0, 4.0, 6.0, 8.0], [1.0, 2.0, 3.0, 4.0], curve_rows(4))
+    fake_run(out_dir, entries[2], [10.0, 10.0, 10.0, 10.0], [9.0, 9.0, 9.0, 9.0], curve_rows(4))
+    return out_dir, entries
+
+
+def test_report_numbers_come_from_the_run_directories(fabricated, tmp_path):
+    out_dir, entries = fabricated
+    results = tmp_path / "results" / "learning_fake.md"
+    written = learning.write_report("fake", entries, str(out_dir), str(results))
+    text = results.read_text()
+
+    cart = table_row(text, "ppo-cart")
+    # eval: seeds 100, 200, 300, 400 (one NaN dropped): IQM cuts one each end -> 250; std ddof 0
+    assert cart[4].startswith("250 [") and cart[4].endswith("(1 NaN dropped)")
+    low, high = (float(v) for v in cart[4].split("[")[1].split("]")[0].split(","))
+    assert 100 <= low <= 250 <= high <= 400
+    assert cart[5].startswith(f"{loop_iqm([90.0, 190.0, 280.0, 300.0, 500.0]):.4g} [")  # final: 256.7
+    assert cart[6] == f"250 ± {np.std([100, 200, 300, 400]):.4g}" and cart[7] == "100"
+    assert cart[2:4] == ["5", "1,000"] and cart[8:12] == ["12", "1.5", "490.04 ± 6.12", "CleanRL docs"]
+    assert "Not in the table (no summary.json yet): pqn-cart" in text
+
+    # Breakout has no published high: the best eval IQM on it (dqn's 10) is 1, the random policy's score 0.
+    breakout_low = learning.SCORE_RANGES["Breakout-MinAtar"][0]
+    assert f"| Breakout-MinAtar | {breakout_low:.4g} | 10 | best eval IQM in this report |" in text
+    cart_low, cart_high, _ = learning.SCORE_RANGES["CartPole-v1"]
+    normed = [(v - cart_low) / (cart_high - cart_low) for v in (100, 200, 300, 400)]
+    normed += [(v - breakout_low) / (10 - breakout_low) for v in (2, 4, 6, 8)]
+    (ppo_row,) = [line for line in text.splitlines() if line.startswith("| ppo | CartPole-v1, Breakout-MinAtar |")]
+    assert f"| 4 | {loop_iqm(normed):.3f} [" in ppo_row
+    (dqn_row,) = [line for line in text.splitlines() if line.startswith("| dqn |")]
+    assert "| 1.000 [1.000, 1.000] |" in dqn_row
+
+    names = sorted(os.path.basename(p) for p in written[1:])
+    assert names == ["learning_fake_dqn_curves.png", "learning_fake_dqn_profile.png",
+                     "learning_fake_ppo_curves.png", "learning_fake_ppo_profile.png"]
+    for path in written[1:]:
+        assert open(path, "rb").read(8) == PNG
+
+
+def test_read_curve_averages_the_episodes_of_each_stretch(tmp_path):
+    rows = [(0, 0, 100, 1, 10.0), (1, 0, 100, 0, "nan"), (0, 1, 200, 3, 20.0), (1, 1, 200, 0, "nan"),
+            (0, 2, 300, 0, "nan"), (1, 2, 300, 1, 5.0), (0, 3, 400, 2, 40.0), (1, 3, 400, 1, 15.0)]
+    e = learning.entry("curve", "ppo", "ppo.py", "CartPole-v1", 400, 2)
+    run_dir = fake_run(tmp_path, e, [1.0, 1.0], [1.0, 1.0], rows)
+    steps, returns = learning.read_curve(str(run_dir), points=2)
+    np.testing.assert_array_equal(steps, [200, 400])
+    # seed 0: (10 * 1 + 20 * 3) / 4, then 40; seed 1: no episode in the first stretch, then (5 + 15) / 2
+    np.testing.assert_allclose(returns, [[17.5, 40.0], [np.nan, 10.0]])
+
+
+def test_curve_band_is_the_iqm_over_seeds_at_each_point(tmp_path):
+    e = learning.entry("band", "ppo", "ppo.py", "CartPole-v1", 600, 5)
+    run_dir = fake_run(tmp_path, e, [1.0] * 5, [1.0] * 5, curve_rows(5))
+    _, returns = learning.read_curve(str(run_dir))
+    band = aggregate.stratified_bootstrap_ci(returns, lambda s: aggregate.iqm(s, axis=-2), reps=200)
+    np.testing.assert_allclose(band.point, scipy.stats.trim_mean(returns, 0.25, axis=0))
+
+
+def test_select_takes_comma_lists_and_repeats_in_suite_order():
+    quick = learning.SUITES["quick"]
+    chosen = learning.select(quick, ("td3-Pendulum-v1,ppo-CartPole-v1", " dqn-CartPole-v1"))
+    assert [e.name for e in chosen] == ["ppo-CartPole-v1", "dqn-CartPole-v1", "td3-Pendulum-v1"]
+    assert learning.select(quick, ()) == quick
+    with pytest.raises(learning.SuiteError, match="unknown entry nope, ppo-cartpole; the suite has: ppo-CartPole"):
+        learning.select(quick, ("nope,ppo-cartpole",))
+
+
+@pytest.mark.parametrize("suite", sorted(learning.SUITES))
+def test_suite_entries_are_runnable_as_written(suite):
+    """Every entry's flags pass its script's own checks (harness.check writes nothing), its label is the learner
+    the script resolves to, and its normalisation range and reference are filled in."""
+    entries = learning.SUITES[suite]
+    learning.check_entries(entries)
+    for e in entries:
+        if e.env.startswith("brax/") and importlib.util.find_spec("brax") is None:
+            continue
+        module = importlib.import_module(e.script.removesuffix(".py"))
+        config = tyro.cli(module.Config, args=["--env", e.env, "--total-timesteps", str(e.total_timesteps),
+                                               "--num-seeds", str(e.num_seeds), *e.flags])
+        resolved, _ = harness.check(module.ALGORITHM, config)
+        assert module.ALGORITHM.name_of(resolved) == learning.SCRIPT_ALGO[e.algo], e.name
+        assert e.env in learning.SCORE_RANGES and e.low is not None, e.name
+        assert e.high is None or e.high > e.low, e.name
+        assert e.reference.value is None or e.reference.source, e.name
+        assert e.num_seeds >= (5 if suite == "quick" else 10), e.name
+    if suite == "quick":
+        assert not any(e.gpu_only or e.env.startswith("brax/") for e in entries)
+
+
+def write_suite(path, *entries):
+    items = [{**dataclasses.asdict(e), "flags": list(e.flags)} for e in entries]
+    path.write_text(json.dumps({"name": "tiny", "entries": items}))
+    return str(path)
+
+
+def test_cli_unknown_only_name_exits_2_with_one_line(run_script):
+    result = run_script(SCRIPT, "--only", "ppo-CartPole-v1,nope", add_out_dir=False, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: --only: unknown entry nope; the suite has: " + ", ".join(e.name for e in learning.SUITES["quick"])]
+
+
+def test_cli_refuses_a_run_directory_made_for_other_settings(run_script, tmp_path):
+    e = learning.entry("ppo-cart", "ppo", "ppo.py", "CartPole-v1", 2048, 2)
+    suite = write_suite(tmp_path / "suite.json", e)
+    fake_run(tmp_path / "runs", dataclasses.replace(e, total_timesteps=999), [1.0, 1.0], [1.0, 1.0], curve_rows(2))
+    (tmp_path / "runs" / e.name / "summary.json").unlink()  # unfinished: the runner would resume it
+    result = run_script(SCRIPT, "--suite-file", suite, "--out-dir", str(tmp_path / "runs"), "--results",
+                        str(tmp_path / "learning.md"), timeout=120)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "total_timesteps 999 (suite: 2048)" in result.stderr and "running" not in result.stdout
+    assert not (tmp_path / "learning.md").exists()
+
+
+def test_cli_report_only_runs_nothing(run_script, fabricated, tmp_path):
+    out_dir, entries = fabricated
+    suite = write_suite(tmp_path / "suite.json", *entries)
+    result = run_script(SCRIPT, "--suite-file", suite, "--out-dir", str(out_dir), "--results",
+                        str(tmp_path / "report" / "learning.md"), "--report-only", timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "running" not in result.stdout and not (out_dir / "pqn-cart").exists()
+    assert "| ppo-cart |" in (tmp_path / "report" / "learning.md").read_text()
+    assert (tmp_path / "report" / "learning_ppo_curves.png").read_bytes()[:8] == PNG
+
+
+@pytest.mark.slow
+def test_cli_runs_a_tiny_suite_then_reruns_nothing_and_resumes_what_stopped(run_script, tmp_path):
+    entries = (
+        learning.entry("ppo-cart", "ppo", "ppo.py", "CartPole-v1", 2048, 2, ("--num-envs", "4", "--num-steps", "64"),
+                       learning.Reference(490.04, "490.04 ± 6.12", "CleanRL docs")),
+        learning.entry("tabular-grid", "tabular_q", "dqn_tabular_q.py", "GridWorld-v0", 20_000, 2,
+                       ("--agent", "tabular")),
+    )
+    suite = write_suite(tmp_path / "suite.json", *entries)
+    out_dir, report = tmp_path / "runs", tmp_path / "results" / "learning_tiny.md"
+    args = ("--suite-file", suite, "--out-dir", str(out_dir), "--results", str(report))
+
+    first = run_script(SCRIPT, *args, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert first.stdout.count(": running: python ") == 2
+    text = report.read_text()
+    for e in entries:
+        summary = json.loads((out_dir / e.name / "summary.json").read_text())
+        assert summary["num_seeds"] == 2 and summary["env_steps"] == e.total_timesteps
+        expected = aggregate.summarize([np.nan if v is None else v for v in summary["eval_return"]])
+        assert table_row(text, e.name)[4].startswith(f"{learning.fmt(expected['iqm'])} [")
+        assert json.loads((out_dir / e.name / learning.MACHINE_FILE).read_text())["machine"]["cores"] >= 1
+    for name in ("ppo_curves", "ppo_profile", "tabular_q_curves", "tabular_q_profile"):
+        assert (report.parent / f"learning_tiny_{name}.png").read_bytes()[:8] == PNG
+
+    stamps = {p: p.stat().st_mtime_ns for p in out_dir.rglob("*") if p.is_file()}
+    second = run_script(SCRIPT, *args, timeout=300)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert second.stdout.count("not rerun") == 2 and "running" not in second.stdout
+    assert {p: p.stat().st_mtime_ns for p in out_dir.rglob("*") if p.is_file()} == stamps
+
+    (out_dir / "tabular-grid" / "summary.json").unlink()  # as a run stopped before its summary leaves it
+    third = run_script(SCRIPT, *args, timeout=300)
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert "tabular-grid: resuming: python dqn_tabular_q.py --resume" in third.stdout
+    assert "ppo-cart: finished before" in third.stdout
+    assert (out_dir / "tabular-grid" / "summary.json").exists()
+    assert (out_dir / "ppo-cart" / "summary.json").stat().st_mtime_ns == stamps[out_dir / "ppo-cart" / "summary.json"]
