@@ -44,7 +44,8 @@ class Config(harness.Flags):
     num_steps: int = 64
     """steps per env in each epoch (steps per epoch = num_envs * num_steps)"""
     baseline: Literal["value", "none"] = "value"
-    """value: learned V(s) baseline, GAE-lambda advantages (SpinningUp VPG); none: reward-to-go, no critic"""
+    """value: learned V(s) baseline, GAE-lambda advantages (SpinningUp VPG); none: discounted reward-to-go, no
+    critic, cut (not bootstrapped) at each epoch's end, so not the complete-episode returns of textbook REINFORCE"""
     pi_lr: float = 3e-4
     """Adam learning rate of the policy (one step per epoch)"""
     vf_lr: float = 1e-3
