@@ -312,7 +312,7 @@ def choose_devices(config, num_agents: int) -> list:
                               f"{num_agents}")
         return devices[:config.num_devices]
     count = max(d for d in range(1, len(devices) + 1) if num_agents % d == 0)
-    if count < len(devices):
+    if 1 < num_agents and count < len(devices):  # one agent on one device needs no note
         print(f"note: {what} do not divide over {len(devices)} devices; training on {count} "
               "(--num-devices chooses)")
     return devices[:count]

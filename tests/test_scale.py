@@ -22,7 +22,7 @@ from conftest import ROOT
 from test_harness import CASES, cli_flags, exit_code_and_error, read_csv, tiny_config
 
 import harness
-from harness.scale import agent_layout, point_label, sweep_points
+from harness.scale import agent_layout, choose_devices, point_label, sweep_points
 
 # Per case: a sweepable field and two of its values, and a field that changes array shapes.
 SWEEPS = {
@@ -235,6 +235,27 @@ def test_devices_that_do_not_divide_the_agents_exit_2(capsys, tmp_path):
     code, err = exit_code_and_error(capsys, module.main, config)
     assert code == 2 and f"--num-devices {seen + 1}: this process sees {seen} device(s)" in err[0]
     assert not any(tmp_path.iterdir())
+
+
+def test_default_devices_are_one_per_core_and_the_most_that_divide_the_agents(capsys):
+    """The test process, as any script, gets one CPU device per core; agents go to the most devices that divide
+    them, with a note when that is fewer than all (none for a single agent)."""
+    import ppo
+
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    code = "import harness, jax; print(len(jax.devices()), harness.available_cores())"
+    seen = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    count, cores = map(int, seen.stdout.split())
+    assert count == cores >= 1, seen.stderr
+    devices = jax.devices()
+    if len(devices) < 2:
+        pytest.skip("one core here: nothing to split")
+    config = ppo.Config()
+    assert choose_devices(config, 2 * len(devices)) == devices and not capsys.readouterr().out
+    assert choose_devices(config, 1) == devices[:1] and not capsys.readouterr().out
+    assert len(choose_devices(config, len(devices) + 1)) < len(devices)
+    assert f"do not divide over {len(devices)} devices" in capsys.readouterr().out
+    assert choose_devices(dataclasses.replace(config, num_devices=1), 2 * len(devices)) == devices[:1]
 
 
 def test_sweep_grid_order_and_agent_layout():
