@@ -12,6 +12,9 @@ belong to it) and hands it over as an `Algorithm` to `harness.main`, which does 
     stops.py        Ctrl-C / SIGTERM and non-finite values: a run stops where a chunk ends
     evaluation.py   the deterministic policies' returns, after training and for --eval / --gif
     run.py          `main`: checks, then training in chunks, resume, evaluation and the summaries
+    compile_cache.py  JAX's persistent compilation cache, on by default
+    aggregate.py    IQM, stratified-bootstrap intervals and performance profiles over seeds and envs
+    fast.py         faster equivalents of JAX primitives that are slow on XLA:CPU (a random permutation)
 
 Importing the harness makes no JAX backend. A multi-process run must start `jax.distributed` before one exists,
 and importing gymnax makes one, so a script imports the harness, starts its processes, then imports `envs`.

@@ -124,15 +124,15 @@ def check(algorithm, config):
 
 
 def default_chunks(num_iterations, wanted) -> int:
-    """About `wanted` chunks: the first count from there to twice as many that divides the iterations (one scan
-    length to compile), else `wanted` itself (two lengths)."""
+    """About `wanted` chunks: the first count from there to twice as many that divides the iterations (equal
+    chunks), else `wanted` itself."""
     wanted = min(max(1, math.ceil(wanted)), num_iterations)
     return next((k for k in range(wanted, min(2 * wanted, num_iterations) + 1) if num_iterations % k == 0), wanted)
 
 
 def chunk_ends(num_iterations, num_chunks) -> list[int]:
     """The iteration after each of `num_chunks` chunks: as equal as can be, the shorter ones (by one iteration)
-    last, so a run compiles at most two scan lengths."""
+    last."""
     size, longer = divmod(num_iterations, num_chunks)
     return list(itertools.accumulate(size + (i < longer) for i in range(num_chunks)))
 
