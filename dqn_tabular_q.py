@@ -456,6 +456,7 @@ def make_dqn_train(config: Config, log_fn=None):
 class PQNTransition(NamedTuple):
     obs: jax.Array
     action: jax.Array
+    max_q: jax.Array  # max_a Q(obs, a) with the parameters that acted
     reward: jax.Array
     terminated: jax.Array  # the episode ended in a terminal state: nothing to bootstrap from
     done: jax.Array  # the episode ended (terminated or truncated): the next step's obs starts a new one
@@ -492,6 +493,7 @@ def make_pqn_train(config: Config, log_fn=None):
     -> (init, run), as `make_train_parts`."""
     env, env_params = envs.make_vec(config.env, config.num_envs)
     network = QNetwork(env.action_space(env_params).n, config.hidden_sizes, layer_norm=True)
+    max_truncations = envs.max_truncations(env_params, config.num_envs, config.num_steps)
     batch_size = config.num_envs * config.num_steps
     minibatch_size = batch_size // config.num_minibatches
     anneal = optax.identity()
@@ -520,9 +522,10 @@ def make_pqn_train(config: Config, log_fn=None):
         def _env_step(carry, step_input):
             params, env_state, obs, episodes, reward_sum, epsilon = carry
             bits, key_step = step_input
-            action = epsilon_greedy_with_random_ties(network.apply(params, obs), bits, epsilon)
+            q = network.apply(params, obs)
+            action = epsilon_greedy_with_random_ties(q, bits, epsilon)
             next_obs, env_state, reward, terminated, _, info = env.step(key_step, env_state, action, env_params)
-            transition = PQNTransition(obs, action, reward, terminated.astype(jnp.float32),
+            transition = PQNTransition(obs, action, q.max(-1), reward, terminated.astype(jnp.float32),
                                        info["episode_done"].astype(jnp.float32), info["final_observation"])
             episodes, reward_sum = episodes + info["episode_done"], reward_sum + reward
             return (params, env_state, next_obs, episodes, reward_sum, epsilon), transition
@@ -550,8 +553,10 @@ def make_pqn_train(config: Config, log_fn=None):
             counters = jnp.zeros(config.num_envs, jnp.int32), jnp.zeros(config.num_envs, jnp.float32)
             (_, env_state_end, obs, episodes, reward_sum, _), batch = jax.lax.scan(
                 _env_step, (train_state.params, env_state, obs, *counters, epsilon), (bits, step_keys))
-            # max_a Q of every true next observation in one batched pass, with the parameters that acted.
-            next_value = network.apply(train_state.params, batch.next_obs).max(-1)
+            # max_a Q of every true next observation, with the parameters that acted: the rollout's own, shifted,
+            # and a pass over the truncations' final observations only.
+            next_value = envs.next_obs_values(lambda x: network.apply(train_state.params, x).max(-1), batch.max_q,
+                                              batch.done, batch.terminated, batch.next_obs, obs, max_truncations)
             targets = q_lambda_targets(batch.reward, batch.terminated, batch.done, next_value, hp["gamma"],
                                        hp["q_lambda"])
             flat = jax.tree.map(lambda x: x.reshape(batch_size, *x.shape[2:]), (batch.obs, batch.action, targets))

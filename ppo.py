@@ -145,20 +145,6 @@ def calculate_gae(rewards, values, next_values, terminated, dones, gamma, gae_la
     return advantages, advantages + values
 
 
-def next_state_values(value_fn, values, traj, last_obs, max_truncated):
-    """V(next obs) of every step of a rollout (num_steps, num_envs) for GAE: V(obs[t + 1]) (`values` shifted, and
-    V(last_obs) after the last step), except where an episode ended at t, where the next observation is the final
-    one. Only truncated endings bootstrap from it (a termination's is masked out), and a time limit allows at most
-    `max_truncated` of them per rollout: the critic evaluates those final observations alone, not every step's."""
-    num_steps, num_envs = values.shape
-    truncated = (traj.done * (1.0 - traj.terminated)).reshape(-1)
-    rows = jnp.nonzero(truncated, size=max_truncated, fill_value=truncated.size)[0]  # past the end: dropped below
-    final_obs = traj.next_obs.reshape(truncated.size, -1)[jnp.minimum(rows, truncated.size - 1)]
-    extra = value_fn(jnp.concatenate([last_obs, final_obs]))
-    next_values = jnp.concatenate([values[1:], extra[None, :num_envs]]).reshape(-1)
-    return next_values.at[rows].set(extra[num_envs:], mode="drop").reshape(num_steps, num_envs)
-
-
 def draw_noise(key, shape, discrete: bool):
     """Noise for `sample_with_noise`: standard Gumbel for a categorical policy, standard normal for a Gaussian."""
     return jax.random.gumbel(key, shape) if discrete else jax.random.normal(key, shape)
@@ -203,9 +189,7 @@ def make_train_parts(config: Config, log_fn=None):
         env, env_params = envs.make_vec(
             config.env, config.num_envs, normalize_obs=True, normalize_reward=True, gamma=config.gamma
         )
-    # A time limit of L steps truncates an env at most (num_steps - 1) // L + 1 times in a rollout.
-    time_limit = getattr(env_params, "max_steps_in_episode", None) or 1
-    max_truncations = config.num_envs * min(config.num_steps, (config.num_steps - 1) // time_limit + 1)
+    max_truncations = envs.max_truncations(env_params, config.num_envs, config.num_steps)
     anneal = optax.identity()
     if config.anneal_lr:
         anneal = optax.scale_by_schedule(
@@ -296,8 +280,9 @@ def make_train_parts(config: Config, log_fn=None):
             # log-probs from the distributions the rollout acted with, no second actor pass.
             params = train_state.params
             values = critic.apply(params["critic"], traj.obs)
-            next_values = next_state_values(lambda x: critic.apply(params["critic"], x), values, traj, obs,
-                                            max_truncations)
+            # V(next obs) from the values shifted, evaluating the critic on the truncations' final observations only
+            next_values = envs.next_obs_values(lambda x: critic.apply(params["critic"], x), values, traj.done,
+                                               traj.terminated, traj.next_obs, obs, max_truncations)
             old_pi = distrax.Categorical(*traj.pi) if discrete else distrax.MultivariateNormalDiag(*traj.pi)
             log_probs = old_pi.log_prob(traj.action)
             advantages, targets = calculate_gae(

@@ -138,6 +138,29 @@ def make_vec(
     return env, env_params
 
 
+def max_truncations(env_params, num_envs: int, num_steps: int) -> int:
+    """The most time-limit truncations `num_envs` envs can have in a rollout of `num_steps` steps: a limit of L
+    steps truncates an env at most (num_steps - 1) // L + 1 times; every step where the env has no time limit."""
+    time_limit = getattr(env_params, "max_steps_in_episode", None) or 1
+    return num_envs * min(num_steps, (num_steps - 1) // time_limit + 1)
+
+
+def next_obs_values(value_fn, values, done, terminated, next_obs, last_obs, max_truncated: int):
+    """The value of every step's true next observation in a rollout (num_steps, num_envs), for bootstrapping:
+    `values` (of each step's observation) shifted by one, and `value_fn(last_obs)` after the last step, except where
+    an episode ended, where the next observation is the final one (`next_obs`, info["final_observation"]). Only a
+    truncated ending bootstraps from it (a termination's is masked out by its user), and there are at most
+    `max_truncated` of those (`max_truncations`), so `value_fn` sees those final observations alone, not every
+    step's. Terminated steps get a value that must not be used."""
+    num_steps, num_envs = values.shape
+    truncated = (done * (1.0 - terminated)).reshape(-1)
+    rows = jnp.nonzero(truncated, size=max_truncated, fill_value=truncated.size)[0]  # past the end: dropped below
+    final_obs = next_obs.reshape(truncated.size, *next_obs.shape[2:])[jnp.minimum(rows, truncated.size - 1)]
+    extra = value_fn(jnp.concatenate([last_obs, final_obs]))
+    next_values = jnp.concatenate([values[1:], extra[None, :num_envs]]).reshape(-1)
+    return next_values.at[rows].set(extra[num_envs:], mode="drop").reshape(num_steps, num_envs)
+
+
 def evaluate(env, env_params, act, key, num_steps: int):
     """Plays one episode in each env of a `make_vec` env with the policy `act(obs) -> action`.
 
