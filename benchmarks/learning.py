@@ -179,21 +179,15 @@ SUITES = {
         *(entry(f"ppo-{game}-MinAtar", "ppo", "ppo.py", f"{game}-MinAtar", 10_000_000, 10, PPO_MINATAR,
                 MINATAR_NONE) for game in ("Asterix", "Breakout", "Freeway", "SpaceInvaders")),
         # CleanRL dqn.py and pqn.py, classic control: 500k (their default --total-timesteps).
-        entry("dqn-CartPole-v1", "dqn", "dqn_tabular_q.py", "CartPole-v1", 500_000, 10, ("--agent", "dqn"),
-              DQN_CARTPOLE),
-        entry("dqn-Acrobot-v1", "dqn", "dqn_tabular_q.py", "Acrobot-v1", 500_000, 10, ("--agent", "dqn"),
-              DQN_ACROBOT),
-        entry("dqn-MountainCar-v0", "dqn", "dqn_tabular_q.py", "MountainCar-v0", 500_000, 10, ("--agent", "dqn"),
-              DQN_MOUNTAINCAR),
+        *(entry(f"dqn-{env}", "dqn", "dqn_tabular_q.py", env, 500_000, 10, ("--agent", "dqn"), reference)
+          for env, reference in (("CartPole-v1", DQN_CARTPOLE), ("Acrobot-v1", DQN_ACROBOT),
+                                 ("MountainCar-v0", DQN_MOUNTAINCAR))),
         # The MinAtar paper's DQN: 5M frames (examples/dqn.py NUM_FRAMES; MinAtar skips no frames: 5M env steps).
         *(entry(f"dqn-{game}-MinAtar", "dqn", "dqn_tabular_q.py", f"{game}-MinAtar", 5_000_000, 10, DQN_MINATAR,
                 MINATAR_NONE) for game in ("Breakout", "SpaceInvaders")),
-        entry("pqn-CartPole-v1", "pqn", "dqn_tabular_q.py", "CartPole-v1", 500_000, 10, ("--agent", "pqn"),
-              PQN_CARTPOLE),
-        entry("pqn-Acrobot-v1", "pqn", "dqn_tabular_q.py", "Acrobot-v1", 500_000, 10, ("--agent", "pqn"),
-              PQN_ACROBOT),
-        entry("pqn-MountainCar-v0", "pqn", "dqn_tabular_q.py", "MountainCar-v0", 500_000, 10, ("--agent", "pqn"),
-              PQN_MOUNTAINCAR),
+        *(entry(f"pqn-{env}", "pqn", "dqn_tabular_q.py", env, 500_000, 10, ("--agent", "pqn"), reference)
+          for env, reference in (("CartPole-v1", PQN_CARTPOLE), ("Acrobot-v1", PQN_ACROBOT),
+                                 ("MountainCar-v0", PQN_MOUNTAINCAR))),
         # purejaxql PQN on MinAtar: 10M (pqn_minatar.yaml TOTAL_TIMESTEPS).
         *(entry(f"pqn-{game}-MinAtar", "pqn", "dqn_tabular_q.py", f"{game}-MinAtar", 10_000_000, 10, PQN_MINATAR,
                 MINATAR_NONE) for game in ("Breakout", "SpaceInvaders")),

@@ -162,23 +162,19 @@ def run_chunk(compiled, agent_ids, runner, start, end, period, length, progress)
     """Iterations [start, end) as pieces of the compiled segment program, each ending where a progress line is
     due (or at `end`); while one piece runs, the host prints the last one's lines. -> (runner, every agent's
     metrics of the chunk, as numpy)."""
-    pieces, shown = [], 0
+    pieces = []
     while start < end:
         count = min(end, (start // period + 1) * period, start + length) - start
-        runner, rows = compiled(agent_ids, runner, np.int32(start), np.int32(count))
+        runner, rows = compiled(agent_ids, runner, np.int32(start), np.int32(count))  # dispatched, not awaited
+        if progress is not None and pieces:
+            progress.show(*pieces[-1])
         pieces.append((start, count, rows))
         start += count
-        if progress is not None:
-            for piece in pieces[shown:-1]:
-                progress.show(*piece)
-            shown = len(pieces) - 1
     if progress is not None:
-        for piece in pieces[shown:]:
-            progress.show(*piece)
-    rows = gather([rows for _, _, rows in pieces])
-    return runner, jax.tree.map(lambda *xs: np.concatenate(xs, axis=1),
-                                *[jax.tree.map(lambda x, n=count: x[:, :n], r) for (_, count, _), r in
-                                  zip(pieces, rows, strict=True)])
+        progress.show(*pieces[-1])
+    gathered = gather([rows for _, _, rows in pieces])
+    return runner, {key: np.concatenate([rows[key][:, :count] for (_, count, _), rows in
+                                         zip(pieces, gathered, strict=True)], axis=1) for key in gathered[0]}
 
 
 def train(algorithm, config, points):
@@ -193,9 +189,9 @@ def train(algorithm, config, points):
     init, run = algorithm.make_train_parts(config)  # no log_fn: progress lines come from the host, below
     agent_ids = to_agents(np.arange(len(keys), dtype=np.int32), sharding)
     num_iterations = algorithm.num_iterations(config)
-    one_agent = jax.eval_shape(init, keys[0], {k: v[0] for k, v in hparams.items()})
     abstract_runner = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
                                    jax.eval_shape(jax.vmap(init), keys, hparams))
+    one_agent = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), abstract_runner)
     ends = chunk_ends(num_iterations, config.num_chunks)
     length = min(period, max(end - start for start, end in zip([0, *ends[:-1]], ends, strict=True)))
     segment = over_agents(make_segment(run, one_agent, length), mesh, (0, 0, None, None))
