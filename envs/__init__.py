@@ -199,10 +199,7 @@ def record_episode(env_id: str, act, key, path: str):
     """Plays one episode of `env_id` (through the `make_vec` stack, one env) with `act(obs batch) -> actions`, as
     `evaluate` does, and writes it to `path` as an animated gif drawn by gymnax's visualizer (one frame per step,
     from the first observation to the last before the episode ends). Returns `(return, length)`."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from gymnax.visualize import Visualizer
+    from envs.render import write_gif  # sets SDL's dummy drivers before anything imports pygame
 
     if not can_draw(env_id):
         raise ValueError(f"gymnax cannot draw {env_id}; it draws {', '.join(_DRAWABLE)}")
@@ -225,5 +222,5 @@ def record_episode(env_id: str, act, key, path: str):
     frames, rewards, dones = jax.device_get(play(key))
     length = int(np.argmax(dones)) + 1 if dones.any() else len(dones)
     states = [jax.tree.map(lambda x, t=t: x[t, 0], frames) for t in range(length)]
-    Visualizer(_unwrapped(env), env_params, states, np.cumsum(rewards[:length])).animate(path)
+    write_gif(_unwrapped(env), env_params, states, np.cumsum(rewards[:length]), path)
     return float(rewards[:length].sum()), length
