@@ -16,10 +16,12 @@ Each entry runs its script in a subprocess as a user would, and the run director
 An entry whose run directory holds summary.json is not run again; one whose run stopped before its summary (Ctrl-C,
 a kill) is continued with the script's `--resume`. A run directory made with another env, budget, seed count or seed
 is refused (exit 2): delete it or choose another --out-dir. Entries marked GPU-only are skipped, with a message,
-where JAX sees no GPU. Run directories go to runs/learning/<suite>/ (git-ignored); the report goes to
-benchmarks/results/learning_<suite>.md with, per algorithm, learning_<suite>_<algo>_curves.png (IQM of the episode
-return over seeds against env steps, 95% band, one panel per env) and learning_<suite>_<algo>_profile.png (the
-fraction of runs above each normalised score, over the algorithm's envs). Exit 1 if an entry failed.
+where JAX sees no GPU. Run directories go to runs/learning/<suite>/ (git-ignored). Once every entry has finished,
+the report goes to benchmarks/results/learning_<suite>.md (before that, to the run directories' folder, so --only
+never replaces the committed table with a partial one), with, per algorithm, learning_<suite>_<algo>_curves.png
+(IQM of the episode return over seeds against env steps, 95% band, one panel per env) and
+learning_<suite>_<algo>_profile.png (the fraction of runs above each normalised score, over the algorithm's envs).
+Exit 1 if an entry failed.
 """
 
 import csv
@@ -237,7 +239,8 @@ class Args:
     out_dir: str | None = None
     """parent of the run directories; default runs/learning/<suite>"""
     results: str | None = None
-    """the markdown report; the PNGs go beside it; default benchmarks/results/learning_<suite>.md"""
+    """the markdown report; the PNGs go beside it; default benchmarks/results/learning_<suite>.md once every entry
+    has finished, else <out-dir>/learning_<suite>.md (a partial report never replaces the committed table)"""
     report_only: bool = False
     """run nothing: rebuild the report from the run directories there are"""
     random_scores: bool = False
@@ -683,6 +686,18 @@ def write_report(suite_name, entries, out_dir, results_path, suite_flag=None) ->
     return written
 
 
+def report_path(suite_name, entries, out_dir) -> str:
+    """Where the report goes without --results: the committed benchmarks/results/learning_<suite>.md when every
+    entry has a summary.json, else (a partial report: --only, a failed or GPU-only entry) <out-dir>/, saying so."""
+    committed = os.path.join(ROOT, "benchmarks", "results", f"learning_{suite_name}.md")
+    finished = sum(os.path.exists(os.path.join(out_dir, e.name, "summary.json")) for e in entries)
+    if finished == len(entries):
+        return committed
+    print(f"{finished} of {len(entries)} entries have finished: the report goes to {shown(out_dir)}, and "
+          f"{shown(committed)} is left as it is (it is rewritten once every entry has finished, or give --results)")
+    return os.path.join(out_dir, f"learning_{suite_name}.md")
+
+
 def main(args: Args) -> int:
     """Runs the selected entries, then writes the report; -> the exit code."""
     try:
@@ -698,7 +713,6 @@ def main(args: Args) -> int:
             print_random_scores(chosen, args.random_episodes)
             return 0
         out_dir = os.path.abspath(args.out_dir or os.path.join(ROOT, "runs", "learning", suite_name))
-        results = args.results or os.path.join(ROOT, "benchmarks", "results", f"learning_{suite_name}.md")
         failed = [] if args.report_only else run_entries(chosen, out_dir)
     except SuiteError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -707,6 +721,7 @@ def main(args: Args) -> int:
         print("interrupted: run the same command again to go on (finished entries are kept, the stopped one "
               "resumes); the report was not rewritten", file=sys.stderr)
         return 130
+    results = args.results or report_path(suite_name, entries, out_dir)
     written = write_report(suite_name, entries, out_dir, results, suite_flag)
     print("written: " + ", ".join(shown(p) for p in written))
     if failed:

@@ -232,3 +232,25 @@ def test_cli_runs_a_tiny_suite_then_reruns_nothing_and_resumes_what_stopped(run_
     assert "ppo-cart: finished before" in third.stdout
     assert (out_dir / "tabular-grid" / "summary.json").exists()
     assert (out_dir / "ppo-cart" / "summary.json").stat().st_mtime_ns == stamps[out_dir / "ppo-cart" / "summary.json"]
+
+
+def test_a_partial_report_never_replaces_the_committed_table(fabricated, tmp_path, capsys):
+    """--only (or any entry unfinished) writes the report beside the run directories; the committed
+    benchmarks/results/learning_<suite>.md is the default only once every entry has finished."""
+    out_dir, entries = fabricated
+    committed = os.path.join(learning.ROOT, "benchmarks", "results", "learning_fake.md")
+    assert learning.report_path("fake", entries, str(out_dir)) == str(out_dir / "learning_fake.md")
+    assert "3 of 4 entries have finished" in capsys.readouterr().out
+    assert learning.report_path("fake", entries[:3], str(out_dir)) == committed
+
+
+def test_cli_only_leaves_the_committed_report_alone(run_script, fabricated, tmp_path):
+    out_dir, entries = fabricated
+    suite = write_suite(tmp_path / "suite.json", *entries)
+    committed = os.path.join(learning.ROOT, "benchmarks", "results", "learning_tiny.md")
+    assert not os.path.exists(committed)
+    result = run_script(SCRIPT, "--suite-file", suite, "--out-dir", str(out_dir), "--only", "ppo-cart",
+                        "--report-only", timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert not os.path.exists(committed)
+    assert "| ppo-cart |" in (out_dir / "learning_tiny.md").read_text()
