@@ -1,14 +1,11 @@
-"""Value-based control: tabular Q-learning (Watkins 1989) when the env has a finite state space, DQN (Mnih et
-al. 2015; optionally double DQN, van Hasselt et al. 2016) when it does not, and PQN (Gallici et al. 2024,
-"Simplifying Deep Temporal Difference Learning"): Q(lambda) over rollouts of many parallel envs, with a LayerNorm
-Q-network and neither replay buffer nor target network.
+"""Q-learning: tabular Q-learning (Watkins 1989) when the env has a finite state space, DQN (Mnih et al. 2015;
+optionally double DQN, van Hasselt et al. 2016) when it does not. (PQN, Q-learning without replay: pqn.py.)
 
 The whole training run is one `lax.scan` inside one `jax.jit`, and `jax.vmap` trains `--num-seeds` agents at
 once; the Q-table (or the Q-network, its target network and the replay buffer) lives in the scan carry:
 
     python dqn_tabular_q.py --env GridWorld-v0 --num-seeds 30
     python dqn_tabular_q.py --env CartPole-v1 --num-seeds 4
-    python dqn_tabular_q.py --env CartPole-v1 --agent pqn --num-seeds 30
 
 Writes `<out-dir>/<run-name>/`: config.json, metrics.csv (one row per update and agent), learning_curve.png,
 summary.json and, on GridWorld-v0, q_values.png (max_a Q per cell with the greedy actions); with `--track`,
@@ -16,7 +13,6 @@ a wandb run as well. All but the algorithm is the harness's (harness/).
 """
 
 import dataclasses
-import functools
 import os
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
@@ -31,10 +27,8 @@ from flax.training.train_state import TrainState
 
 import harness
 
-if __name__ == "__main__":
-    harness.start_processes()  # a multi-process run starts before `import envs` makes a JAX backend
-
-import envs  # noqa: E402
+harness.prepare_jax(__name__)  # XLA's flags (a device per core) and, from the command line, a multi-process run
+import envs  # noqa: E402  (after prepare_jax: gymnax makes a JAX backend on import)
 from envs.gridworld import ACTION_NAMES, GridWorld  # noqa: E402
 from envs.gridworld import EnvState as GridState  # noqa: E402
 
@@ -42,36 +36,36 @@ from envs.gridworld import EnvState as GridState  # noqa: E402
 @dataclass(frozen=True)
 class Config(harness.Flags):
     """The fields of both learners; --total-timesteps (500k), --seed, --num-seeds, --out-dir, ... are the flags
-    every script shares (harness.Flags)."""
+    every script shares (harness.Flags). Fields left None take the learner's default (in brackets) when the run
+    starts; config.json records the values used."""
 
     env: str = "GridWorld-v0"
     """environment id: any gymnax id, or one of ours (see envs.list_envs())"""
     log_every: int = 50
     """print progress (and log to wandb) every this many updates"""
-    agent: Literal["auto", "tabular", "dqn", "pqn"] = "auto"
+    agent: Literal["auto", "tabular", "dqn"] = "auto"
     """auto: a Q-table for finite-state envs (GridWorld-v0, FrozenLake-misc), DQN otherwise"""
-    # shared by the agents; None takes the agent's default, shown in brackets
+    # shared by the learners; None takes the learner's default, shown in brackets
     num_envs: int | None = None
-    """parallel envs per agent [tabular 1: one env per agent, as in the classic setting; dqn 10; pqn 32]"""
+    """parallel envs per agent [tabular 1: one env per agent, as in the classic setting; dqn 10]"""
     num_steps: int | None = None
-    """steps per env in each update, one metrics row [tabular 1000; dqn 100; pqn 64]"""
+    """steps per env in each update, one metrics row [tabular 1000; dqn 100]"""
     learning_rate: float | None = None
-    """step size [tabular 0.1; dqn 2.5e-4, Adam; pqn 5e-4, RAdam]"""
+    """step size [tabular 0.1; dqn 2.5e-4, Adam]"""
     gamma: float | None = None
-    """discount factor [tabular 0.9; dqn, pqn 0.99]"""
+    """discount factor [tabular 0.9; dqn 0.99]"""
     start_e: float | None = None
-    """epsilon of the epsilon-greedy policy at the start [tabular 0.1; dqn, pqn 1.0]"""
+    """epsilon of the epsilon-greedy policy at the start [tabular 0.1; dqn 1.0]"""
     end_e: float | None = None
-    """epsilon at the end of the decay [tabular 0.1, i.e. constant; dqn, pqn 0.05]"""
-    exploration_fraction: float | None = None
-    """fraction of total-timesteps over which epsilon decays linearly from start-e to end-e [tabular, dqn 0.5;
-    pqn 0.2]"""
-    anneal_lr: bool | None = None
-    """anneal the learning rate linearly to 0 over training [dqn False, as CleanRL's and PureJaxRL's DQN: constant
-    learned as well or better on CartPole-v1 and Acrobot-v1, 10 seeds (README); pqn True, as purejaxql's]"""
-    hidden_sizes: tuple[int, ...] = (120, 84)
-    """widths of the Q-network's hidden layers (ReLU; pqn puts a LayerNorm before each ReLU)"""
+    """epsilon at the end of the decay [tabular 0.1, i.e. constant; dqn 0.05]"""
+    exploration_fraction: float = 0.5
+    """fraction of total-timesteps over which epsilon decays linearly from start-e to end-e"""
     # DQN only
+    anneal_lr: bool = False
+    """anneal the learning rate linearly to 0 over training (off, as CleanRL's and PureJaxRL's DQN: constant
+    learned as well or better on CartPole-v1 and Acrobot-v1, 10 seeds)"""
+    hidden_sizes: tuple[int, ...] = (120, 84)
+    """widths of the Q-network's hidden layers (ReLU)"""
     buffer_size: int = 10_000
     """replay buffer capacity in transitions (a ring buffer per agent)"""
     batch_size: int = 128
@@ -88,30 +82,17 @@ class Config(harness.Flags):
     """TD loss: mean squared error or Huber (smooth L1)"""
     double_dqn: bool = False
     """double DQN target: the online network picks the next action, the target network values it"""
-    # PQN only
-    q_lambda: float = 0.8
-    """lambda of the Q(lambda) targets: 0 is the one-step target, 1 the Monte Carlo return"""
-    update_epochs: int = 4
-    """passes over each rollout"""
-    num_minibatches: int = 16
-    """minibatches per pass; they must divide num-envs x num-steps"""
-    max_grad_norm: float = 10.0
-    """gradients are clipped to this global norm"""
 
 
 AGENT_DEFAULTS = {
-    "tabular": dict(num_envs=1, num_steps=1000, learning_rate=0.1, gamma=0.9, start_e=0.1, end_e=0.1,
-                    exploration_fraction=0.5, anneal_lr=False),
-    "dqn": dict(num_envs=10, num_steps=100, learning_rate=2.5e-4, gamma=0.99, start_e=1.0, end_e=0.05,
-                exploration_fraction=0.5, anneal_lr=False),
-    "pqn": dict(num_envs=32, num_steps=64, learning_rate=5e-4, gamma=0.99, start_e=1.0, end_e=0.05,
-                exploration_fraction=0.2, anneal_lr=True),
+    "tabular": dict(num_envs=1, num_steps=1000, learning_rate=0.1, gamma=0.9, start_e=0.1, end_e=0.1),
+    "dqn": dict(num_envs=10, num_steps=100, learning_rate=2.5e-4, gamma=0.99, start_e=1.0, end_e=0.05),
 }
 
 
 def resolve(config: Config) -> Config:
-    """The config with `agent` decided and every None replaced by that agent's default. Call after
-    `validate` (auto needs a known env)."""
+    """The config with `agent` decided and every None replaced by that learner's default (a resolved config is
+    returned as it is)."""
     agent = config.agent
     if agent == "auto":
         env, env_params = envs.make(config.env)
@@ -120,65 +101,17 @@ def resolve(config: Config) -> Config:
     return dataclasses.replace(config, agent=agent, **unset)
 
 
-# Config fields that enter the jitted code as arrays, one value per agent: --sweep may vary them in one program
-# (--sweep lr=... is learning_rate). Per agent: tau only moves DQN's target network, q_lambda only PQN's targets.
-SWEEPABLE = {
-    "tabular": ("learning_rate", "gamma", "start_e", "end_e", "exploration_fraction"),
-    "dqn": ("learning_rate", "gamma", "start_e", "end_e", "exploration_fraction", "tau"),
-    "pqn": ("learning_rate", "gamma", "start_e", "end_e", "exploration_fraction", "q_lambda"),
-}
-
-
-def default_hparams(config: Config) -> dict:
-    """The resolved config's SWEEPABLE values as float32 arrays: an agent's hyperparameters without a sweep."""
-    return {k: jnp.float32(getattr(config, k)) for k in SWEEPABLE[config.agent]}
-
-
-def linear_epsilon(config: Config, hp, env_steps):
-    """Epsilon after `env_steps` env steps: linear from start_e to end_e, then flat (`hp`: the agent's
-    hyperparameters, as in `default_hparams`)."""
-    decay_steps = jnp.maximum(1.0, hp["exploration_fraction"] * config.total_timesteps)
+def linear_epsilon(config: Config, env_steps):
+    """Epsilon after `env_steps` env steps: linear from start_e to end_e, then flat."""
+    decay_steps = jnp.maximum(1.0, config.exploration_fraction * config.total_timesteps)
     frac = jnp.clip(env_steps / decay_steps, 0.0, 1.0)
-    return hp["start_e"] + frac * (hp["end_e"] - hp["start_e"])
+    return config.start_e + frac * (config.end_e - config.start_e)
 
 
 def finite_state_env(config: Config):
     """`make_vec` env, its params and `index(obs batch) -> int32 states` for the table."""
     env, env_params = envs.make_vec(config.env, config.num_envs)
     return env, env_params, jax.vmap(lambda obs: envs.state_index(env, env_params, obs))
-
-
-def epsilon_greedy_with_random_ties(q, bits, epsilon):
-    """Epsilon-greedy actions for a batch of Q rows `q` (n, num_actions) from one uint32 `bits` per row.
-
-    The low 16 bits decide exploration (probability epsilon, to 1/65536); the high 16 bits pick uniformly
-    among the candidates: the tied greedy actions, or every action when exploring. A plain argmax would
-    always pick action 0 on a zero-initialised table. One word of randomness per step keeps the PRNG, the
-    most expensive part of a tabular step on CPU, small.
-    """
-    explore = (bits & 0xFFFF) < (epsilon * 65536.0).astype(jnp.uint32)
-    candidates = (q == q.max(-1, keepdims=True)) | explore[:, None]
-    count = candidates.sum(-1, dtype=jnp.uint32)
-    k = ((bits >> 16) * count) >> 16  # uniform in [0, count)
-    kth_candidate = candidates & (jnp.cumsum(candidates, -1, dtype=jnp.uint32) == (k + 1)[:, None])
-    return jnp.argmax(kth_candidate, -1).astype(jnp.int32)
-
-
-def episode_metrics(env_state_start, env_state_end, episodes, reward_sum, num_steps):
-    """Mean return and length of the episodes that ended during an update, from two per-env counters
-    carried through the step scan (episodes ended, rewards collected) and the running episode sums that
-    `EpisodeStatistics` keeps in the env state: each step adds its reward and 1 to the running sums and an
-    episode's end moves them to the ended ones, so ended = collected + running at start - running at end.
-    (Carrying fewer values through the scan keeps its body one fast XLA:CPU loop.)"""
-    ended_return = reward_sum + env_state_start.episode_return - env_state_end.episode_return
-    ended_length = num_steps + env_state_start.episode_length - env_state_end.episode_length
-    total = episodes.sum()
-    return {
-        "episodes": total,
-        # Means over the episodes that ended in this update; NaN if none did.
-        "episode_return": ended_return.sum() / total,
-        "episode_length": ended_length.sum() / total,
-    }
 
 
 def q_learning_update(q_table, states, actions, targets, lr):
@@ -196,7 +129,6 @@ class TabularState(NamedTuple):
     env_state: object
     state: jax.Array  # index of the current observation
     rng: jax.Array
-    hparams: dict  # this agent's values of the SWEEPABLE fields, as arrays (a sweep gives each agent its own)
 
 
 def make_tabular_train(config: Config, log_fn=None):
@@ -208,46 +140,44 @@ def make_tabular_train(config: Config, log_fn=None):
     num_actions = env.action_space(env_params).n
     steps_per_update = config.num_envs * config.num_steps
 
-    def init(rng, hparams=None):
-        hparams = default_hparams(config) if hparams is None else hparams
+    def init(rng):
         rng, key_reset = jax.random.split(rng)
         obs, env_state = env.reset(key_reset, env_params)
-        return TabularState(jnp.zeros((num_states, num_actions), jnp.float32), env_state, index(obs), rng, hparams)
+        return TabularState(jnp.zeros((num_states, num_actions), jnp.float32), env_state, index(obs), rng)
 
     def run(agent, runner, updates):
-        hp = runner.hparams  # this agent's hyperparameters (arrays, constant over training)
 
         def _env_step(carry, step_input):
             q_table, env_state, state, episodes, reward_sum, epsilon = carry
             bits, key_step = step_input
-            action = epsilon_greedy_with_random_ties(q_table[state], bits, epsilon)
+            action = harness.fast.epsilon_greedy(q_table[state], bits, epsilon)
             obs, env_state, reward, terminated, _, info = env.step(key_step, env_state, action, env_params)
             next_state = index(info["final_observation"])  # the true next state, also at an auto-reset
-            target = reward + hp["gamma"] * (1.0 - terminated) * q_table[next_state].max(-1)
-            q_table = q_learning_update(q_table, state, action, target, hp["learning_rate"])
+            target = reward + config.gamma * (1.0 - terminated) * q_table[next_state].max(-1)
+            q_table = q_learning_update(q_table, state, action, target, config.learning_rate)
             episodes, reward_sum = episodes + info["episode_done"], reward_sum + reward
             return (q_table, env_state, index(obs), episodes, reward_sum, epsilon), None
 
         def _update_step(runner, update):
-            q_table, env_state, state, rng, hparams = runner
+            q_table, env_state, state, rng = runner
             rng, key_bits, key_steps = jax.random.split(rng, 3)
             # The randomness of the whole update in two batched calls, outside the step scan. Env step keys
             # are dead code (and compiled away) for deterministic envs such as GridWorld-v0.
             bits = jax.random.bits(key_bits, (config.num_steps, config.num_envs), jnp.uint32)
             step_keys = jax.random.split(key_steps, config.num_steps)
-            epsilon = linear_epsilon(config, hp, update * steps_per_update)
+            epsilon = linear_epsilon(config, update * steps_per_update)
             counters = jnp.zeros(config.num_envs, jnp.int32), jnp.zeros(config.num_envs, jnp.float32)
             (q_table, env_state_end, state, episodes, reward_sum, _), _ = jax.lax.scan(
                 _env_step, (q_table, env_state, state, *counters, epsilon), (bits, step_keys)
             )
             metrics = {
                 "env_steps": (update + 1) * steps_per_update,
-                **episode_metrics(env_state, env_state_end, episodes, reward_sum, config.num_steps),
+                **envs.ended_episodes(env_state, env_state_end, episodes, reward_sum, config.num_steps),
                 "epsilon": epsilon,
                 "nonfinite": ~harness.all_finite(q_table),  # checked by the host after each chunk
             }
             harness.report(log_fn, agent, update, metrics, every=config.log_every)
-            return TabularState(q_table, env_state_end, state, rng, hparams), metrics
+            return TabularState(q_table, env_state_end, state, rng), metrics
 
         return jax.lax.scan(_update_step, runner, updates)
 
@@ -259,18 +189,17 @@ def make_tabular_train(config: Config, log_fn=None):
 
 
 class QNetwork(nn.Module):
-    """An MLP from observations to one Q-value per action; PQN's has a LayerNorm before each hidden ReLU."""
+    """An MLP from observations to one Q-value per action."""
 
     num_actions: int
     hidden_sizes: tuple[int, ...]
-    layer_norm: bool = False
 
     @nn.compact
     def __call__(self, obs):
         x = obs.astype(jnp.float32)
         for size in self.hidden_sizes:
             x = nn.Dense(size)(x)
-            x = nn.relu(nn.LayerNorm()(x) if self.layer_norm else x)
+            x = nn.relu(x)
         return nn.Dense(self.num_actions)(x)
 
 
@@ -328,7 +257,6 @@ class DQNState(NamedTuple):
     env_state: object
     obs: jax.Array
     rng: jax.Array
-    hparams: dict  # this agent's values of the SWEEPABLE fields, as arrays (a sweep gives each agent its own)
 
 
 def make_dqn_train(config: Config, log_fn=None):
@@ -347,27 +275,21 @@ def make_dqn_train(config: Config, log_fn=None):
         anneal = optax.scale_by_schedule(
             optax.linear_schedule(1.0, 0.0, config.total_timesteps // config.train_frequency))
 
-    def make_optimizer(learning_rate):
-        return optax.chain(optax.adam(learning_rate), anneal)
-
-    # inject_hyperparams keeps the learning rate in the optimizer state, as an array: each agent of a sweep carries
-    # its own. optax.flatten runs Adam on one flat vector: a few large ops per step instead of a few per parameter
-    # array, and (XLA:CPU, jax 0.10) the same bits on any number of devices, which per-array ops fused into the
-    # sharded program did not give (params drifted by float rounding on 2 devices).
-    tx = optax.flatten(optax.inject_hyperparams(make_optimizer)(learning_rate=config.learning_rate))
+    # optax.flatten runs Adam on one flat vector: a few large ops per step instead of a few per parameter array,
+    # and (XLA:CPU, jax 0.10) the same bits on any number of devices, which per-array ops fused into the sharded
+    # program did not give (params drifted by float rounding on 2 devices).
+    tx = optax.flatten(optax.chain(optax.adam(config.learning_rate), anneal))
     td_loss = optax.huber_loss if config.loss == "huber" else optax.squared_error
 
-    def init(rng, hparams=None):
-        hparams = default_hparams(config) if hparams is None else hparams
+    def init(rng):
         rng, key_init, key_reset = jax.random.split(rng, 3)
         obs, env_state = env.reset(key_reset, env_params)
         params = network.init(key_init, obs[0])
-        train_state = harness.with_hparams(TrainState.create(apply_fn=network.apply, params=params, tx=tx), hparams)
+        train_state = TrainState.create(apply_fn=network.apply, params=params, tx=tx)
         buffer = ReplayBuffer.create(config.buffer_size, obs.shape[1:])
-        return DQNState(train_state, train_state.params, buffer, env_state, obs, rng, hparams)
+        return DQNState(train_state, train_state.params, buffer, env_state, obs, rng)
 
     def run(agent, state, updates):
-        hp = state.hparams  # this agent's hyperparameters (arrays, constant over training)
 
         def _loss_fn(params, target_params, batch):
             obs, action, reward, next_obs, terminated = batch
@@ -378,7 +300,7 @@ def make_dqn_train(config: Config, log_fn=None):
             else:
                 next_q = next_q_target.max(-1)
             # No bootstrap past a terminal state; a time-limit truncation bootstraps from the true last obs.
-            target = jax.lax.stop_gradient(reward + hp["gamma"] * (1.0 - terminated) * next_q)
+            target = jax.lax.stop_gradient(reward + config.gamma * (1.0 - terminated) * next_q)
             q = jnp.take_along_axis(network.apply(params, obs), action[:, None], -1).squeeze(-1)
             return td_loss(q, target).mean(), q.mean()
 
@@ -400,10 +322,10 @@ def make_dqn_train(config: Config, log_fn=None):
         def _step(runner, step):
             """One vectorized env step (num_envs transitions into the buffer), then learning when due."""
             dqn_state, episodes, reward_sum, learn_sums = runner
-            train_state, target_params, buffer, env_state, obs, rng, hparams = dqn_state
+            train_state, target_params, buffer, env_state, obs, rng = dqn_state
             rng, key_explore, key_action, key_step, key_learn = jax.random.split(rng, 5)
             env_steps = (step + 1) * config.num_envs
-            epsilon = linear_epsilon(config, hp, step * config.num_envs)
+            epsilon = linear_epsilon(config, step * config.num_envs)
             greedy = jnp.argmax(network.apply(train_state.params, obs), -1)
             random_action = jax.random.randint(key_action, greedy.shape, 0, num_actions)
             action = jnp.where(jax.random.uniform(key_explore, greedy.shape) < epsilon, random_action, greedy)
@@ -419,10 +341,10 @@ def make_dqn_train(config: Config, log_fn=None):
             target_params = jax.lax.cond(
                 env_steps // config.target_network_frequency
                 > (env_steps - config.num_envs) // config.target_network_frequency,
-                lambda: optax.incremental_update(train_state.params, target_params, hp["tau"]),
+                lambda: optax.incremental_update(train_state.params, target_params, config.tau),
                 lambda: target_params,
             )
-            state = DQNState(train_state, target_params, buffer, env_state, next_obs, rng, hparams)
+            state = DQNState(train_state, target_params, buffer, env_state, next_obs, rng)
             episodes, reward_sum = episodes + info["episode_done"], reward_sum + reward
             return (state, episodes, reward_sum, learn_sums + learned), None
 
@@ -434,8 +356,8 @@ def make_dqn_train(config: Config, log_fn=None):
             )
             metrics = {
                 "env_steps": (update + 1) * steps_per_update,
-                **episode_metrics(state.env_state, state_end.env_state, episodes, reward_sum, config.num_steps),
-                "epsilon": linear_epsilon(config, hp, update * steps_per_update),
+                **envs.ended_episodes(state.env_state, state_end.env_state, episodes, reward_sum, config.num_steps),
+                "epsilon": linear_epsilon(config, update * steps_per_update),
                 "loss/td": loss_sum / count,  # NaN before learning starts
                 "q_value": q_sum / count,
                 # Checked by the host after each chunk: no sync here (loss/td is NaN by design before learning).
@@ -443,135 +365,6 @@ def make_dqn_train(config: Config, log_fn=None):
             }
             harness.report(log_fn, agent, update, metrics, every=config.log_every)
             return state_end, metrics
-
-        return jax.lax.scan(_update_step, state, updates)
-
-    return init, run
-
-
-# ----------------------------------------------------------------------------------------------------------
-# PQN
-
-
-class PQNTransition(NamedTuple):
-    obs: jax.Array
-    action: jax.Array
-    max_q: jax.Array  # max_a Q(obs, a) with the parameters that acted
-    reward: jax.Array
-    terminated: jax.Array  # the episode ended in a terminal state: nothing to bootstrap from
-    done: jax.Array  # the episode ended (terminated or truncated): the next step's obs starts a new one
-    next_obs: jax.Array  # the true next observation, also where the env reset (info["final_observation"])
-
-
-class PQNState(NamedTuple):
-    train_state: TrainState
-    env_state: object
-    obs: jax.Array
-    rng: jax.Array
-    hparams: dict  # this agent's values of the SWEEPABLE fields, as arrays (a sweep gives each agent its own)
-
-
-def q_lambda_targets(reward, terminated, done, next_value, gamma, q_lambda):
-    """Peng's Q(lambda) returns over a rollout (time first): G_t = r_t + gamma * (1 - terminated_t) *
-    ((1 - lambda) * V_t + lambda * G_{t+1}), with V_t = max_a Q(s_{t+1}, a) of the true next observation. Where an
-    episode ended at t (or the rollout does), G_{t+1} belongs to another episode and V_t stands alone: a truncated
-    episode bootstraps from its last observation, a terminated one from 0."""
-
-    def _step(next_return, step):
-        reward, terminated, done, next_value = step
-        blend = next_value + q_lambda * (1.0 - done) * (next_return - next_value)
-        target = reward + gamma * (1.0 - terminated) * blend
-        return target, target
-
-    _, targets = jax.lax.scan(_step, next_value[-1], (reward, terminated, done, next_value), reverse=True)
-    return targets
-
-
-def make_pqn_train(config: Config, log_fn=None):
-    """PQN: `num_envs` envs step `num_steps` times epsilon-greedily; Q(lambda) targets over the rollout; then
-    `update_epochs` passes of `num_minibatches` gradient steps of the TD loss (RAdam, clipped gradients) on it.
-    -> (init, run), as `make_train_parts`."""
-    env, env_params = envs.make_vec(config.env, config.num_envs)
-    network = QNetwork(env.action_space(env_params).n, config.hidden_sizes, layer_norm=True)
-    max_truncations = envs.max_truncations(env_params, config.num_envs, config.num_steps)
-    batch_size = config.num_envs * config.num_steps
-    minibatch_size = batch_size // config.num_minibatches
-    anneal = optax.identity()
-    if config.anneal_lr:
-        anneal = optax.scale_by_schedule(optax.linear_schedule(
-            1.0, 0.0, num_iterations(config) * config.update_epochs * config.num_minibatches))
-
-    def make_optimizer(learning_rate):
-        return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.radam(learning_rate), anneal)
-
-    # As DQN's: the learning rate an array in the optimizer state, Adam's moments one flat vector.
-    tx = optax.flatten(optax.inject_hyperparams(make_optimizer)(learning_rate=config.learning_rate))
-    td_loss = optax.huber_loss if config.loss == "huber" else optax.squared_error
-
-    def init(rng, hparams=None):
-        hparams = default_hparams(config) if hparams is None else hparams
-        rng, key_init, key_reset = jax.random.split(rng, 3)
-        obs, env_state = env.reset(key_reset, env_params)
-        params = network.init(key_init, obs[0])
-        train_state = harness.with_hparams(TrainState.create(apply_fn=network.apply, params=params, tx=tx), hparams)
-        return PQNState(train_state, env_state, obs, rng, hparams)
-
-    def run(agent, state, updates):
-        hp = state.hparams  # this agent's hyperparameters (arrays, constant over training)
-
-        def _env_step(carry, step_input):
-            params, env_state, obs, episodes, reward_sum, epsilon = carry
-            bits, key_step = step_input
-            q = network.apply(params, obs)
-            action = epsilon_greedy_with_random_ties(q, bits, epsilon)
-            next_obs, env_state, reward, terminated, _, info = env.step(key_step, env_state, action, env_params)
-            transition = PQNTransition(obs, action, q.max(-1), reward, terminated.astype(jnp.float32),
-                                       info["episode_done"].astype(jnp.float32), info["final_observation"])
-            episodes, reward_sum = episodes + info["episode_done"], reward_sum + reward
-            return (params, env_state, next_obs, episodes, reward_sum, epsilon), transition
-
-        def _loss_fn(params, obs, action, target):
-            q = jnp.take_along_axis(network.apply(params, obs), action[:, None], -1).squeeze(-1)
-            return td_loss(q, target).mean(), q.mean()
-
-        def _update_minibatch(train_state, minibatch):
-            (loss, q_mean), grads = jax.value_and_grad(_loss_fn, has_aux=True)(train_state.params, *minibatch)
-            return train_state.apply_gradients(grads=grads), (loss, q_mean)
-
-        def _update_epoch(batch, train_state, key):
-            order = harness.fast.permutation(key, batch_size)
-            minibatches = jax.tree.map(lambda x: x[order].reshape(config.num_minibatches, minibatch_size,
-                                                                  *x.shape[1:]), batch)
-            return jax.lax.scan(_update_minibatch, train_state, minibatches)
-
-        def _update_step(state, update):
-            train_state, env_state, obs, rng, hparams = state
-            rng, key_bits, key_steps, key_epochs = jax.random.split(rng, 4)
-            bits = jax.random.bits(key_bits, (config.num_steps, config.num_envs), jnp.uint32)
-            step_keys = jax.random.split(key_steps, config.num_steps)
-            epsilon = linear_epsilon(config, hp, update * batch_size)
-            counters = jnp.zeros(config.num_envs, jnp.int32), jnp.zeros(config.num_envs, jnp.float32)
-            (_, env_state_end, obs, episodes, reward_sum, _), batch = jax.lax.scan(
-                _env_step, (train_state.params, env_state, obs, *counters, epsilon), (bits, step_keys))
-            # max_a Q of every true next observation, with the parameters that acted: the rollout's own, shifted,
-            # and a pass over the truncations' final observations only.
-            next_value = envs.next_obs_values(lambda x: network.apply(train_state.params, x).max(-1), batch.max_q,
-                                              batch.done, batch.terminated, batch.next_obs, obs, max_truncations)
-            targets = q_lambda_targets(batch.reward, batch.terminated, batch.done, next_value, hp["gamma"],
-                                       hp["q_lambda"])
-            flat = jax.tree.map(lambda x: x.reshape(batch_size, *x.shape[2:]), (batch.obs, batch.action, targets))
-            train_state, (loss, q_mean) = jax.lax.scan(
-                functools.partial(_update_epoch, flat), train_state, jax.random.split(key_epochs, config.update_epochs))
-            metrics = {
-                "env_steps": (update + 1) * batch_size,
-                **episode_metrics(env_state, env_state_end, episodes, reward_sum, config.num_steps),
-                "epsilon": epsilon,
-                "loss/td": loss.mean(),
-                "q_value": q_mean.mean(),
-                "nonfinite": ~harness.all_finite((loss, train_state)),  # checked by the host after each chunk
-            }
-            harness.report(log_fn, agent, update, metrics, every=config.log_every)
-            return PQNState(train_state, env_state_end, obs, rng, hparams), metrics
 
         return jax.lax.scan(_update_step, state, updates)
 
@@ -586,14 +379,14 @@ def num_iterations(config: Config) -> int:
 def make_train_parts(config: Config, log_fn=None):
     """The resolved config's learner (`resolve`) for one agent as `(init, run)`, pure and jittable (see
     harness.Algorithm)."""
-    if config.agent == "tabular":
-        return make_tabular_train(config, log_fn)
-    return (make_dqn_train if config.agent == "dqn" else make_pqn_train)(config, log_fn)
+    config = resolve(config)
+    return (make_tabular_train if config.agent == "tabular" else make_dqn_train)(config, log_fn)
 
 
 def make_train(config: Config, log_fn=None):
-    """`train(rng) -> (runner, metrics)`: one agent's whole run for a resolved config, pure and jittable; the runner
-    is a `TabularState`, a `DQNState` or a `PQNState`, metrics have an update axis."""
+    """`train(rng) -> (runner, metrics)`: one agent's whole run, pure and jittable; the runner is a `TabularState` or
+    a `DQNState`, metrics have an update axis."""
+    config = resolve(config)
     init, run = make_train_parts(config, log_fn)
     return lambda rng: run(rng, init(rng), jnp.arange(num_iterations(config)))
 
@@ -603,7 +396,7 @@ def greedy_q_function(config: Config, runner):
     env, env_params = envs.make(config.env)
     if config.agent == "tabular":
         return lambda obs: runner.q_table[jax.vmap(lambda o: envs.state_index(env, env_params, o))(obs)]
-    network = QNetwork(env.action_space(env_params).n, config.hidden_sizes, layer_norm=config.agent == "pqn")
+    network = QNetwork(env.action_space(env_params).n, config.hidden_sizes)
     return lambda obs: network.apply(runner.train_state.params, obs)
 
 
@@ -681,9 +474,8 @@ def validate(config: Config):
     """Raises harness.ConfigError for what the resolved config's learner cannot train (the harness checks the shared
     flags and --env)."""
     harness.require_positive(config, "num_envs", "num_steps", "learning_rate", "buffer_size", "batch_size",
-                             "train_frequency", "target_network_frequency", "tau", "update_epochs", "num_minibatches",
-                             "max_grad_norm")
-    harness.require_between(config, 0, 1, "gamma", "start_e", "end_e", "exploration_fraction", "tau", "q_lambda")
+                             "train_frequency", "target_network_frequency", "tau")
+    harness.require_between(config, 0, 1, "gamma", "start_e", "end_e", "exploration_fraction", "tau")
     harness.require_between(config, 0, float("inf"), "learning_starts")
     if not all(size > 0 for size in config.hidden_sizes):
         raise harness.ConfigError(f"--hidden-sizes must be positive integers, got {config.hidden_sizes}")
@@ -694,10 +486,6 @@ def validate(config: Config):
     if config.agent == "tabular" and envs.num_states(env, env_params) is None:
         raise harness.ConfigError(f"--agent tabular needs a finite-state env (GridWorld-v0, FrozenLake-misc); "
                                   f"{config.env} has continuous observations: use --agent dqn or auto")
-    for name in harness.swept(ALGORITHM, config):
-        if name not in SWEEPABLE[config.agent] and any(name in fields for fields in SWEEPABLE.values()):
-            raise harness.ConfigError(f"--sweep {name}: {algo_name(config)} does not use it; sweepable for "
-                                      f"{algo_name(config)}: {', '.join(SWEEPABLE[config.agent])}")
     steps_per_update = config.num_envs * config.num_steps
     if config.total_timesteps < steps_per_update:
         raise harness.ConfigError(f"--total-timesteps {config.total_timesteps} is smaller than one update "
@@ -713,13 +501,6 @@ def validate(config: Config):
         if config.buffer_size < max(config.batch_size, config.num_envs):
             raise harness.ConfigError(f"--buffer-size {config.buffer_size} must hold at least one batch (--batch-size "
                                       f"{config.batch_size}) and one step of every env (--num-envs {config.num_envs})")
-    if config.agent == "pqn" and steps_per_update % config.num_minibatches:
-        raise harness.ConfigError(f"--num-minibatches {config.num_minibatches} must divide the rollout, --num-envs x "
-                                  f"--num-steps = {steps_per_update}")
-    if config.agent == "pqn":
-        harness.require_count(num_iterations(config) * config.update_epochs * config.num_minibatches,
-                              "gradient steps (iterations x --update-epochs x --num-minibatches)",
-                              "--update-epochs or --num-minibatches")
 
 
 METRIC_KEYS = {
@@ -727,24 +508,14 @@ METRIC_KEYS = {
     "dqn": ("env_steps", "episodes", "episode_return", "episode_length", "epsilon", "loss/td", "q_value",
             "nonfinite"),
 }
-METRIC_KEYS["pqn"] = METRIC_KEYS["dqn"]
-
-
-def algo_name(config: Config) -> str:
-    """tabular_q, dqn or pqn, for a resolved config: the run directory's and the checkpoint's name of the
-    algorithm."""
-    return "tabular_q" if config.agent == "tabular" else config.agent
 
 
 ALGORITHM = harness.Algorithm(
-    name=algo_name, names=("tabular_q", "dqn", "pqn"), config=Config, make_train_parts=make_train_parts,
-    num_iterations=num_iterations, policy=greedy_policy, metric_keys=lambda config: METRIC_KEYS[config.agent],
-    sweepable=lambda config: SWEEPABLE[config.agent], validate=validate, resolve=resolve,
-    sweep_help=f"tabular: {', '.join(SWEEPABLE['tabular'])} (lr: learning_rate); dqn: those and tau; pqn: those "
-               "and q_lambda",
+    config=Config, make_train_parts=make_train_parts, num_iterations=num_iterations, policy=greedy_policy,
+    metric_keys=lambda config: METRIC_KEYS[config.agent], validate=validate, resolve=resolve,
     final_stats=gridworld_stats, write_stats=write_gridworld,
-    # env steps/s on our CPU: tabular GridWorld ~20M, DQN CartPole ~80k, PQN CartPole ~150k
-    chunk_steps=lambda config: {"tabular": 600_000_000, "dqn": 2_400_000, "pqn": 4_500_000}[config.agent],
+    # env steps/s on our CPU: tabular GridWorld ~20M, DQN CartPole ~80k
+    chunk_steps=lambda config: {"tabular": 600_000_000, "dqn": 2_400_000}[config.agent],
     size_flags=("buffer_size", "num_envs", "num_steps", "batch_size", "hidden_sizes"),
 )
 

@@ -24,10 +24,8 @@ from flax.training.train_state import TrainState
 
 import harness
 
-if __name__ == "__main__":
-    harness.start_processes()  # a multi-process run starts before `import envs` makes a JAX backend
-
-import envs  # noqa: E402
+harness.prepare_jax(__name__)  # XLA's flags (a device per core) and, from the command line, a multi-process run
+import envs  # noqa: E402  (after prepare_jax: gymnax makes a JAX backend on import)
 
 
 @dataclass(frozen=True)
@@ -122,12 +120,6 @@ class RunnerState(NamedTuple):
     env_state: object
     obs: jax.Array
     rng: jax.Array
-    hparams: dict  # this agent's values of the SWEEPABLE fields, as arrays (a sweep gives each agent its own)
-
-
-# Config fields that enter the jitted code as arrays, one value per agent: --sweep may vary them in one program
-# (--sweep lr=... is learning_rate).
-SWEEPABLE = ("learning_rate", "max_grad_norm", "gamma", "gae_lambda", "clip_coef", "ent_coef", "vf_coef")
 
 
 def calculate_gae(rewards, values, next_values, terminated, dones, gamma, gae_lambda):
@@ -177,7 +169,7 @@ def num_iterations(config: Config) -> int:
 
 
 def make_train_parts(config: Config, log_fn=None):
-    """PPO for one agent as `(init, run)`, pure and jittable (see harness.Algorithm): `init(rng, hparams=None)`
+    """PPO for one agent as `(init, run)`, pure and jittable (see harness.Algorithm): `init(rng)`
     and `run(agent, runner, updates)`, one `lax.scan` over the updates numbered `updates`, calling
     `log_fn(agent, update, metrics)` every `log_every` updates."""
     batch_size = config.num_envs * config.num_steps
@@ -195,27 +187,20 @@ def make_train_parts(config: Config, log_fn=None):
         anneal = optax.scale_by_schedule(
             optax.linear_schedule(1.0, 0.0, num_updates * config.update_epochs * config.num_minibatches))
 
-    def make_optimizer(learning_rate, max_grad_norm):
-        return optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.adam(learning_rate, eps=1e-5), anneal)
+    # optax.flatten runs the optimizer on one flat vector: a few large ops per step instead of a few per parameter
+    # array (the per-op cost dominates on CPU).
+    tx = optax.flatten(optax.chain(
+        optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.learning_rate, eps=1e-5), anneal))
 
-    # inject_hyperparams keeps learning rate and clip norm in the optimizer state, as arrays: each agent of a sweep
-    # carries its own. optax.flatten runs the optimizer on one flat vector: a few large ops per step instead of a
-    # few per parameter array (the per-op cost dominates on CPU).
-    tx = optax.flatten(optax.inject_hyperparams(make_optimizer)(
-        learning_rate=config.learning_rate, max_grad_norm=config.max_grad_norm))
-
-    def init(rng, hparams=None):
-        hparams = {k: jnp.float32(getattr(config, k)) for k in SWEEPABLE} if hparams is None else hparams
+    def init(rng):
         rng, key_actor, key_critic, key_reset = jax.random.split(rng, 4)
         obs, env_state = env.reset(key_reset, env_params)
         params = {"actor": actor.init(key_actor, obs[0]), "critic": critic.init(key_critic, obs[0])}
-        train_state = harness.with_hparams(TrainState.create(apply_fn=None, params=params, tx=tx), hparams)
-        return RunnerState(train_state, env_state, obs, rng, hparams)
+        return RunnerState(TrainState.create(apply_fn=None, params=params, tx=tx), env_state, obs, rng)
 
     def run(agent, runner, updates):
-        hp = runner.hparams  # this agent's hyperparameters (arrays, constant over training)
         def _env_step(runner, noise):
-            train_state, env_state, obs, rng, hparams = runner
+            train_state, env_state, obs, rng = runner
             action_noise, env_keys = noise
             pi = actor.apply(train_state.params["actor"], obs)
             action = sample_with_noise(pi, action_noise)
@@ -227,7 +212,7 @@ def make_train_parts(config: Config, log_fn=None):
                 terminated.astype(jnp.float32), info["episode_done"].astype(jnp.float32), info["final_observation"],
                 info["episode_return"], info["episode_length"],
             )
-            return RunnerState(train_state, env_state, next_obs, rng, hparams), transition
+            return RunnerState(train_state, env_state, next_obs, rng), transition
 
         def _loss_fn(params, batch):
             obs, action, old_log_prob, old_value, advantage, target = batch
@@ -237,18 +222,18 @@ def make_train_parts(config: Config, log_fn=None):
             advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
             log_ratio = log_prob - old_log_prob
             ratio = jnp.exp(log_ratio)
-            clipped_ratio = jnp.clip(ratio, 1.0 - hp["clip_coef"], 1.0 + hp["clip_coef"])
+            clipped_ratio = jnp.clip(ratio, 1.0 - config.clip_coef, 1.0 + config.clip_coef)
             actor_loss = -jnp.minimum(ratio * advantage, clipped_ratio * advantage).mean()
-            value_clipped = old_value + jnp.clip(value - old_value, -hp["clip_coef"], hp["clip_coef"])
+            value_clipped = old_value + jnp.clip(value - old_value, -config.clip_coef, config.clip_coef)
             critic_loss = 0.5 * jnp.maximum((value - target) ** 2, (value_clipped - target) ** 2).mean()
             entropy = pi.entropy().mean()
-            loss = actor_loss + hp["vf_coef"] * critic_loss - hp["ent_coef"] * entropy
+            loss = actor_loss + config.vf_coef * critic_loss - config.ent_coef * entropy
             stats = {
                 "loss/actor": actor_loss,
                 "loss/critic": critic_loss,
                 "entropy": entropy,
                 "approx_kl": ((ratio - 1.0) - log_ratio).mean(),  # Schulman's low-variance KL estimator
-                "clip_frac": (jnp.abs(ratio - 1.0) > hp["clip_coef"]).mean(),
+                "clip_frac": (jnp.abs(ratio - 1.0) > config.clip_coef).mean(),
             }
             return loss, stats
 
@@ -275,7 +260,7 @@ def make_train_parts(config: Config, log_fn=None):
                 jax.random.split(key_env, (config.num_steps, config.num_envs)),
             )
             runner, traj = jax.lax.scan(_env_step, runner._replace(rng=rng), noise)
-            train_state, env_state, obs, rng, hparams = runner
+            train_state, env_state, obs, rng = runner
             # Values in one batched pass, outside the rollout scan (fewer, larger ops than step by step); the old
             # log-probs from the distributions the rollout acted with, no second actor pass.
             params = train_state.params
@@ -286,7 +271,7 @@ def make_train_parts(config: Config, log_fn=None):
             old_pi = distrax.Categorical(*traj.pi) if discrete else distrax.MultivariateNormalDiag(*traj.pi)
             log_probs = old_pi.log_prob(traj.action)
             advantages, targets = calculate_gae(
-                traj.reward, values, next_values, traj.terminated, traj.done, hp["gamma"], hp["gae_lambda"]
+                traj.reward, values, next_values, traj.terminated, traj.done, config.gamma, config.gae_lambda
             )
             batch = (traj.obs, traj.action, log_probs, values, advantages, targets)
             batch = jax.tree.map(lambda x: x.reshape((batch_size,) + x.shape[2:]), batch)
@@ -305,7 +290,7 @@ def make_train_parts(config: Config, log_fn=None):
                 "nonfinite": ~harness.all_finite((train_state, stats)),  # parameters and Adam moments
             }
             harness.report(log_fn, agent, update, metrics, every=config.log_every)
-            return RunnerState(train_state, env_state, obs, rng, hparams), metrics
+            return RunnerState(train_state, env_state, obs, rng), metrics
 
         return jax.lax.scan(_update_step, runner, updates)
 
@@ -352,18 +337,14 @@ def validate(config: Config):
     harness.require_count(num_iterations(config) * config.update_epochs * config.num_minibatches,
                           "gradient steps (iterations x --update-epochs x --num-minibatches)",
                           "--update-epochs or --num-minibatches")
-    env, env_params = envs.make(config.env)
-    if "gamma" in harness.swept(ALGORITHM, config) and use_normalization(config, envs.is_discrete(env, env_params)):
-        raise harness.ConfigError("--sweep gamma: the reward normaliser (--normalize) is built with one gamma; sweep "
-                                  "gamma with --normalize off, or run one job per value")
 
 
 METRIC_KEYS = ("env_steps", "episodes", "episode_return", "episode_length",
                "loss/actor", "loss/critic", "entropy", "approx_kl", "clip_frac", "nonfinite")
 
 ALGORITHM = harness.Algorithm(
-    name="ppo", config=Config, make_train_parts=make_train_parts, num_iterations=num_iterations,
-    policy=deterministic_policy, metric_keys=METRIC_KEYS, sweepable=SWEEPABLE, validate=validate,
+    config=Config, make_train_parts=make_train_parts, num_iterations=num_iterations,
+    policy=deterministic_policy, metric_keys=METRIC_KEYS, validate=validate,
     nonfinite_hint="lower --learning-rate or --max-grad-norm",
     chunk_steps=3_000_000, size_flags=("num_envs", "num_steps", "hidden_size"),  # ~120k env steps/s on CartPole
 )

@@ -25,10 +25,8 @@ from flax.training.train_state import TrainState
 
 import harness
 
-if __name__ == "__main__":
-    harness.start_processes()  # a multi-process run starts before `import envs` makes a JAX backend
-
-import envs  # noqa: E402
+harness.prepare_jax(__name__)  # XLA's flags (a device per core) and, from the command line, a multi-process run
+import envs  # noqa: E402  (after prepare_jax: gymnax makes a JAX backend on import)
 
 
 @dataclass(frozen=True)
@@ -123,13 +121,6 @@ class RunnerState(NamedTuple):
     env_state: object
     obs: jax.Array
     rng: jax.Array
-    hparams: dict  # this agent's values of the SWEEPABLE fields, as arrays (a sweep gives each agent its own)
-
-
-# Config fields that enter the jitted code as arrays, one value per agent: --sweep may vary them in one program.
-SWEEPABLE = ("pi_lr", "vf_lr", "gamma", "gae_lambda")
-SWEEP_ALIASES = {"lr": "pi_lr"}  # --sweep lr=... is pi_lr
-
 
 def calculate_gae(rewards, values, next_values, terminated, dones, gamma, gae_lambda):
     """GAE-lambda along axis 0 (time) -> (advantages, advantages + values). Bootstraps from V(next obs)
@@ -176,7 +167,7 @@ def num_iterations(config: Config) -> int:
 
 
 def make_train_parts(config: Config, log_fn=None):
-    """VPG for one agent as `(init, run)`, pure and jittable (see harness.Algorithm): `init(rng, hparams=None)`
+    """VPG for one agent as `(init, run)`, pure and jittable (see harness.Algorithm): `init(rng)`
     and `run(agent, runner, epochs)`, one `lax.scan` over the epochs numbered `epochs`, calling
     `log_fn(agent, epoch, metrics)` every `log_every` epochs."""
     steps_per_epoch = config.num_envs * config.num_steps
@@ -187,32 +178,23 @@ def make_train_parts(config: Config, log_fn=None):
             config.env, config.num_envs, normalize_obs=True, normalize_reward=True, gamma=config.gamma
         )
     learn_value = config.baseline == "value"
-    # inject_hyperparams keeps each learning rate in its optimizer state, as an array: each agent of a sweep
-    # carries its own (set in init). optax.flatten runs Adam on one flat vector: a few large ops per step instead
-    # of a few per parameter array, and a fusion XLA compiles alike with or without sharding (per-array Adam
-    # rounded its bias correction differently on 1 and 2 devices).
-    actor_tx = optax.flatten(optax.inject_hyperparams(optax.adam)(learning_rate=config.pi_lr))
-    critic_tx = optax.flatten(optax.inject_hyperparams(optax.adam)(learning_rate=config.vf_lr))
+    # optax.flatten runs Adam on one flat vector: a few large ops per step instead of a few per parameter array,
+    # and a fusion XLA compiles alike with or without sharding (per-array Adam rounded its bias correction
+    # differently on 1 and 2 devices).
+    actor_tx = optax.flatten(optax.adam(config.pi_lr))
+    critic_tx = optax.flatten(optax.adam(config.vf_lr))
 
-    def with_learning_rate(state, learning_rate):
-        opt_state = state.opt_state._replace(hyperparams={"learning_rate": jnp.asarray(learning_rate, jnp.float32)})
-        return state.replace(opt_state=opt_state)
-
-    def init(rng, hparams=None):
-        hparams = {k: jnp.float32(getattr(config, k)) for k in SWEEPABLE} if hparams is None else hparams
+    def init(rng):
         rng, key_actor, key_critic, key_reset = jax.random.split(rng, 4)
         obs, env_state = env.reset(key_reset, env_params)
         actor_state = TrainState.create(apply_fn=actor.apply, params=actor.init(key_actor, obs[0]), tx=actor_tx)
         critic_state = TrainState.create(apply_fn=critic.apply, params=critic.init(key_critic, obs[0]), tx=critic_tx)
-        actor_state = with_learning_rate(actor_state, hparams["pi_lr"])
-        critic_state = with_learning_rate(critic_state, hparams["vf_lr"])
-        return RunnerState(actor_state, critic_state, env_state, obs, rng, hparams)
+        return RunnerState(actor_state, critic_state, env_state, obs, rng)
 
     def run(agent, runner, epochs):
-        hp = runner.hparams  # this agent's hyperparameters (arrays, constant over training)
 
         def _env_step(runner, _):
-            actor_state, critic_state, env_state, obs, rng, hparams = runner
+            actor_state, critic_state, env_state, obs, rng = runner
             rng, key_action, key_step = jax.random.split(rng, 3)
             action = actor.apply(actor_state.params, obs).sample(seed=key_action)
             next_obs, env_state, reward, terminated, truncated, info = env.step(
@@ -222,7 +204,7 @@ def make_train_parts(config: Config, log_fn=None):
                 obs, action, reward, terminated.astype(jnp.float32), info["episode_done"].astype(jnp.float32),
                 info["final_observation"], info["episode_return"], info["episode_length"],
             )
-            return RunnerState(actor_state, critic_state, env_state, next_obs, rng, hparams), transition
+            return RunnerState(actor_state, critic_state, env_state, next_obs, rng), transition
 
         def _actor_loss(params, obs, action, advantage):
             pi = actor.apply(params, obs)
@@ -239,19 +221,19 @@ def make_train_parts(config: Config, log_fn=None):
 
         def _epoch(runner, epoch):
             runner, traj = jax.lax.scan(_env_step, runner, None, config.num_steps)
-            actor_state, critic_state, env_state, obs, rng, hparams = runner
+            actor_state, critic_state, env_state, obs, rng = runner
             if learn_value:
                 # V(obs) and V(next obs) in one batched pass each, outside the rollout scan.
                 values = critic.apply(critic_state.params, traj.obs)
                 next_values = critic.apply(critic_state.params, traj.next_obs)
                 advantages, _ = calculate_gae(
-                    traj.reward, values, next_values, traj.terminated, traj.done, hp["gamma"], hp["gae_lambda"]
+                    traj.reward, values, next_values, traj.terminated, traj.done, config.gamma, config.gae_lambda
                 )
-                targets = reward_to_go(traj.reward, next_values, traj.terminated, traj.done, hp["gamma"])
+                targets = reward_to_go(traj.reward, next_values, traj.terminated, traj.done, config.gamma)
             else:
                 # Plain REINFORCE: weight log pi by the reward-to-go itself, cut (not bootstrapped) at the epoch end.
                 no_values = jnp.zeros_like(traj.reward)
-                advantages = targets = reward_to_go(traj.reward, no_values, traj.terminated, traj.done, hp["gamma"])
+                advantages = targets = reward_to_go(traj.reward, no_values, traj.terminated, traj.done, config.gamma)
             obs_batch, action_batch, advantages, targets = jax.tree.map(
                 lambda x: x.reshape((steps_per_epoch,) + x.shape[2:]), (traj.obs, traj.action, advantages, targets)
             )
@@ -291,7 +273,7 @@ def make_train_parts(config: Config, log_fn=None):
                 "nonfinite": ~harness.all_finite((actor_state, critic_state, actor_loss)),
             }
             harness.report(log_fn, agent, epoch, metrics, every=config.log_every)
-            return RunnerState(actor_state, critic_state, env_state, obs, rng, hparams), metrics
+            return RunnerState(actor_state, critic_state, env_state, obs, rng), metrics
 
         return jax.lax.scan(_epoch, runner, epochs)
 
@@ -330,24 +312,15 @@ def validate(config: Config):
     if config.total_timesteps < steps_per_epoch:
         raise harness.ConfigError(f"--total-timesteps {config.total_timesteps} is smaller than one epoch (--num-envs "
                                   f"x --num-steps = {steps_per_epoch}); raise it or shrink the epoch")
-    swept = harness.swept(ALGORITHM, config)
-    env, env_params = envs.make(config.env)
-    if "gamma" in swept and use_normalization(config, envs.is_discrete(env, env_params)):
-        raise harness.ConfigError("--sweep gamma: the reward normaliser (--normalize) is built with one gamma; sweep "
-                                  "gamma with --normalize off, or run one job per value")
-    unused = [k for k in ("vf_lr", "gae_lambda") if k in swept]
-    if unused and config.baseline == "none":
-        raise harness.ConfigError(f"--sweep {unused[0]}: --baseline none learns no value function, so it changes "
-                                  "nothing; sweep it with --baseline value")
 
 
 METRIC_KEYS = ("env_steps", "episodes", "episode_return", "episode_length",
                "loss/actor", "loss/critic", "entropy", "approx_kl", "nonfinite")
 
 ALGORITHM = harness.Algorithm(
-    name="reinforce", config=Config, make_train_parts=make_train_parts, num_iterations=num_iterations,
-    policy=deterministic_policy, metric_keys=METRIC_KEYS, sweepable=SWEEPABLE, validate=validate,
-    aliases=SWEEP_ALIASES, nonfinite_hint="lower --pi-lr or --vf-lr",
+    config=Config, make_train_parts=make_train_parts, num_iterations=num_iterations,
+    policy=deterministic_policy, metric_keys=METRIC_KEYS, validate=validate,
+    nonfinite_hint="lower --pi-lr or --vf-lr",
     # CartPole: ~25k env steps/s with the value baseline (its updates bind), ~200k+ without
     chunk_steps=lambda config: 6_000_000 if config.baseline == "none" else 750_000,
     size_flags=("num_envs", "num_steps", "hidden_size"),

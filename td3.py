@@ -25,10 +25,8 @@ from flax.training.train_state import TrainState
 
 import harness
 
-if __name__ == "__main__":
-    harness.start_processes()  # a multi-process run starts before `import envs` makes a JAX backend
-
-import envs  # noqa: E402
+harness.prepare_jax(__name__)  # XLA's flags (a device per core) and, from the command line, a multi-process run
+import envs  # noqa: E402  (after prepare_jax: gymnax makes a JAX backend on import)
 
 
 @dataclass(frozen=True)
@@ -147,12 +145,7 @@ class RunnerState(NamedTuple):
     env_state: Any
     obs: jax.Array
     rng: jax.Array
-    hparams: dict  # this agent's values of the SWEEPABLE fields, as arrays (a sweep gives each agent its own)
 
-
-# Config fields that enter the jitted code as arrays, one value per agent: --sweep may vary them in one program
-# (--sweep lr=... is learning_rate).
-SWEEPABLE = ("learning_rate", "gamma", "tau", "exploration_noise", "policy_noise", "noise_clip")
 
 
 def td3_target(key, next_obs, reward, terminated, target_policy, target_twin_q, low, high, gamma, policy_noise,
@@ -216,7 +209,7 @@ def num_iterations(config: Config) -> int:
 
 
 def make_train_parts(config: Config, log_fn=None):
-    """TD3 for one agent as `(init, run)`, pure and jittable (see harness.Algorithm): `init(rng, hparams=None)`
+    """TD3 for one agent as `(init, run)`, pure and jittable (see harness.Algorithm): `init(rng)`
     and `run(agent, runner, rows)`, one `lax.scan` over the metrics rows numbered `rows`, calling
     `log_fn(agent, row, metrics)` after every row."""
     steps_per_phase, updates_per_phase, phases_per_row, num_rows, capacity = derived_sizes(config)
@@ -225,21 +218,15 @@ def make_train_parts(config: Config, log_fn=None):
     half_range = (high - low) / 2
     actor, critic, policy, twin_q, q1 = make_networks(config, env, env_params)
 
-    def make_optimizer(learning_rate):
-        return optax.adam(learning_rate)
-
-    # inject_hyperparams keeps the learning rate in the optimizer state, as an array: each agent of a sweep carries
-    # its own (only it: adam's other arguments stay Python constants, as before). optax.flatten runs adam on one
-    # flat vector per network, as in ppo: fewer, larger ops, and the same numbers whether the agents share one
-    # device or are split over several (per parameter array, XLA rewrote adam's bias correction differently in the
-    # sharded program: last-bit differences in the losses).
-    tx = optax.flatten(optax.inject_hyperparams(make_optimizer)(learning_rate=config.learning_rate))
+    # optax.flatten runs adam on one flat vector per network, as in ppo: fewer, larger ops, and the same numbers
+    # whether the agents share one device or are split over several (per parameter array, XLA rewrote adam's bias
+    # correction differently in the sharded program: last-bit differences in the losses).
+    tx = optax.flatten(optax.adam(config.learning_rate))
     nan = jnp.float32(jnp.nan)
     # Updates start in the phase whose env steps fill the buffer to learning_starts transitions.
     first_update_phase = max(-(-config.learning_starts // steps_per_phase) - 1, 0)
 
-    def init(rng, hparams=None):
-        hparams = {k: jnp.float32(getattr(config, k)) for k in SWEEPABLE} if hparams is None else hparams
+    def init(rng):
         rng, key_actor, key_critic, key_reset = jax.random.split(rng, 4)
         obs, env_state = env.reset(key_reset, env_params)
         actor_params = actor.init(key_actor, obs[0])
@@ -248,38 +235,37 @@ def make_train_parts(config: Config, log_fn=None):
         )
 
         def train_state(params):
-            return harness.with_hparams(TrainState.create(apply_fn=None, params=params, tx=tx), hparams)
+            return TrainState.create(apply_fn=None, params=params, tx=tx)
 
         learner = Learner(train_state(actor_params), train_state(critic_params), actor_params, critic_params)
         zeros = jnp.zeros(config.num_envs)
         buffer = ReplayBuffer.create(capacity, Transition(obs, jnp.zeros((config.num_envs,) + low.shape), zeros,
                                                           zeros, obs))
-        return RunnerState(learner, buffer, env_state, obs, rng, hparams)
+        return RunnerState(learner, buffer, env_state, obs, rng)
 
     def run(agent, runner, rows):
-        hp = runner.hparams  # this agent's hyperparameters (arrays, constant over training)
 
         def _env_step(runner, step):
             # Uniform random actions for the first learning_starts env steps (the paper's start_timesteps),
             # then mu(s) plus Gaussian exploration noise. `step` counts steps of one env.
-            learner, buffer, env_state, obs, rng, hparams = runner
+            learner, buffer, env_state, obs, rng = runner
             rng, key_random, key_noise, key_step = jax.random.split(rng, 4)
             random_action = jax.random.uniform(key_random, (config.num_envs,) + low.shape, minval=low, maxval=high)
-            noise = hp["exploration_noise"] * half_range * jax.random.normal(key_noise, random_action.shape)
+            noise = config.exploration_noise * half_range * jax.random.normal(key_noise, random_action.shape)
             explore_action = jnp.clip(policy(learner.actor.params, obs) + noise, low, high)
             action = jnp.where(step * config.num_envs < config.learning_starts, random_action, explore_action)
             next_obs, env_state, reward, terminated, _, info = env.step(key_step, env_state, action, env_params)
             # s' is the true next obs also where a time limit truncated the episode (and the env auto-reset),
             # and only termination is stored: truncated transitions keep their bootstrap.
             transition = Transition(obs, action, reward, terminated.astype(jnp.float32), info["final_observation"])
-            runner = RunnerState(learner, buffer.add(transition), env_state, next_obs, rng, hparams)
+            runner = RunnerState(learner, buffer.add(transition), env_state, next_obs, rng)
             return runner, (info["episode_done"], info["episode_return"], info["episode_length"])
 
         def _update_critics(learner, batch, key):
             target = td3_target(
                 key, batch.next_obs, batch.reward, batch.terminated,
                 lambda o: policy(learner.actor_target, o), lambda o, a: twin_q(learner.critic_target, o, a),
-                low, high, hp["gamma"], hp["policy_noise"], hp["noise_clip"],
+                low, high, config.gamma, config.policy_noise, config.noise_clip,
             )
 
             def _loss_fn(params):
@@ -298,8 +284,8 @@ def make_train_parts(config: Config, log_fn=None):
             return Learner(
                 actor_state,
                 learner.critic,
-                polyak(actor_state.params, learner.actor_target, hp["tau"]),
-                polyak(learner.critic.params, learner.critic_target, hp["tau"]),
+                polyak(actor_state.params, learner.actor_target, config.tau),
+                polyak(learner.critic.params, learner.critic_target, config.tau),
             ), loss
 
         def _update(carry, update):
@@ -321,7 +307,7 @@ def make_train_parts(config: Config, log_fn=None):
             """`update_every` env steps, then `updates_per_phase` updates once the buffer holds learning_starts."""
             steps = phase * config.update_every + jnp.arange(config.update_every)
             runner, episodes = jax.lax.scan(_env_step, runner, steps)
-            learner, buffer, env_state, obs, rng, hparams = runner
+            learner, buffer, env_state, obs, rng = runner
             # Counts updates from the first one, as the paper's delay counter does.
             updates = (phase - first_update_phase) * updates_per_phase + jnp.arange(updates_per_phase)
             (learner, _, rng), losses = jax.lax.cond(
@@ -330,7 +316,7 @@ def make_train_parts(config: Config, log_fn=None):
                 lambda carry: (carry, (jnp.full(updates_per_phase, nan),) * 3),
                 (learner, buffer, rng),
             )
-            return RunnerState(learner, buffer, env_state, obs, rng, hparams), (episodes, losses)
+            return RunnerState(learner, buffer, env_state, obs, rng), (episodes, losses)
 
         def _row(runner, row):
             phases = row * phases_per_row + jnp.arange(phases_per_row)
@@ -404,8 +390,8 @@ METRIC_KEYS = ("env_steps", "updates", "episodes", "episode_return", "episode_le
                "loss/actor", "loss/critic", "q_value", "nonfinite")
 
 ALGORITHM = harness.Algorithm(
-    name="td3", config=Config, make_train_parts=make_train_parts, num_iterations=num_iterations,
-    policy=deterministic_policy, metric_keys=METRIC_KEYS, sweepable=SWEEPABLE, validate=validate,
+    config=Config, make_train_parts=make_train_parts, num_iterations=num_iterations,
+    policy=deterministic_policy, metric_keys=METRIC_KEYS, validate=validate,
     result_flags=("log_every",),  # it sets the metrics rows, the iterations of the training scan
     log_period=lambda config: 1,  # a progress line every row
     chunk_steps=60_000, size_flags=("buffer_size", "num_envs", "batch_size", "hidden_size"),  # ~2k steps/s, Pendulum

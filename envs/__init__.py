@@ -161,6 +161,23 @@ def next_obs_values(value_fn, values, done, terminated, next_obs, last_obs, max_
     return next_values.at[rows].set(extra[num_envs:], mode="drop").reshape(num_steps, num_envs)
 
 
+def ended_episodes(env_state_start, env_state_end, episodes, reward_sum, num_steps):
+    """Mean return and length of the episodes that ended during an update, from two per-env counters
+    carried through the step scan (episodes ended, rewards collected) and the running episode sums that
+    `EpisodeStatistics` keeps in the env state: each step adds its reward and 1 to the running sums and an
+    episode's end moves them to the ended ones, so ended = collected + running at start - running at end.
+    (Carrying fewer values through the scan keeps its body one fast XLA:CPU loop.)"""
+    ended_return = reward_sum + env_state_start.episode_return - env_state_end.episode_return
+    ended_length = num_steps + env_state_start.episode_length - env_state_end.episode_length
+    total = episodes.sum()
+    return {
+        "episodes": total,
+        # Means over the episodes that ended in this update; NaN if none did.
+        "episode_return": ended_return.sum() / total,
+        "episode_length": ended_length.sum() / total,
+    }
+
+
 def evaluate(env, env_params, act, key, num_steps: int):
     """Plays one episode in each env of a `make_vec` env with the policy `act(obs) -> action`.
 

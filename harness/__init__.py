@@ -16,11 +16,25 @@ belong to it) and hands it over as an `Algorithm` to `harness.main`, which does 
     aggregate.py    IQM, stratified-bootstrap intervals and performance profiles over seeds and envs
     fast.py         faster equivalents of JAX primitives that are slow on XLA:CPU (a random permutation)
 
-Importing the harness makes no JAX backend. A multi-process run must start `jax.distributed` before one exists,
-and importing gymnax makes one, so a script imports the harness, starts its processes, then imports `envs`.
+    jax_private.py  the two private JAX APIs used (the compile cache's store, the coordination service), isolated
+
+Importing the harness makes no JAX backend and changes no environment variable. A script calls
+`harness.prepare_jax(__name__)` before `import envs` (gymnax makes a backend on import): XLA_FLAGS are read when the
+backend is made, and a multi-process run must start `jax.distributed` before one exists.
 """
 
 import os
+
+from harness import fast
+from harness.algorithm import Algorithm
+from harness.flags import ConfigError, Flags, require_between, require_count, require_positive
+from harness.records import report
+from harness.run import check, main
+from harness.scale import start_processes
+from harness.stops import all_finite
+
+__all__ = ["Algorithm", "fast", "ConfigError", "Flags", "all_finite", "available_cores", "check", "main",
+           "prepare_jax", "report", "require_between", "require_count", "require_positive", "start_processes"]
 
 
 def available_cores() -> int:
@@ -36,24 +50,21 @@ def available_cores() -> int:
     return cores
 
 
-# XLA reads XLA_FLAGS when it makes the first backend, so these are in time; added to any XLA_FLAGS the user sets:
-# - XLA:CPU in jax 0.10 can hang on vmapped training with the concurrency-optimised scheduler (see README);
-# - one XLA:CPU device keeps one core busy, so the CPU backend gets one device per core, and the harness splits
-#   the agents over them (--num-devices 1: one device, as before). A host device count in XLA_FLAGS wins.
-_FLAGS = os.environ.get("XLA_FLAGS", "")
-if "concurrency_optimized_scheduler" not in _FLAGS:
-    _FLAGS += " --xla_cpu_enable_concurrency_optimized_scheduler=false"
-if "xla_force_host_platform_device_count" not in _FLAGS:
-    _FLAGS += f" --xla_force_host_platform_device_count={available_cores()}"
-os.environ["XLA_FLAGS"] = _FLAGS.strip()
-
-from harness import fast  # noqa: E402
-from harness.algorithm import Algorithm  # noqa: E402
-from harness.flags import ConfigError, Flags, require_between, require_count, require_positive  # noqa: E402
-from harness.records import report  # noqa: E402
-from harness.run import check, main  # noqa: E402
-from harness.scale import start_processes, swept, with_hparams  # noqa: E402
-from harness.stops import all_finite  # noqa: E402
-
-__all__ = ["Algorithm", "fast", "ConfigError", "Flags", "all_finite", "check", "main", "report", "require_between",
-           "require_count", "require_positive", "start_processes", "swept", "with_hparams"]
+def prepare_jax(module_name: str):
+    """The first call of a script, before anything makes a JAX backend (`import envs` does: gymnax makes arrays on
+    import). Adds to the user's XLA_FLAGS, which XLA reads once, when it makes the backend:
+    - `--xla_cpu_enable_concurrency_optimized_scheduler=false`: XLA:CPU in jax 0.10 can hang on vmapped training
+      with that scheduler;
+    - one XLA:CPU device per core (one device keeps one core busy), over which the harness splits the agents
+      (`--num-devices 1`: one device). A host device count already in XLA_FLAGS wins.
+    Then, for the command line (`module_name == "__main__"`), joins a multi-process run (`start_processes`).
+    Importing the harness changes nothing of this: a program that imports a script or the harness as a library
+    gets the same flags only from this call."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "concurrency_optimized_scheduler" not in flags:
+        flags += " --xla_cpu_enable_concurrency_optimized_scheduler=false"
+    if "xla_force_host_platform_device_count" not in flags:
+        flags += f" --xla_force_host_platform_device_count={available_cores()}"
+    os.environ["XLA_FLAGS"] = flags.strip()
+    if module_name == "__main__":
+        start_processes()

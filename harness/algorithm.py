@@ -3,7 +3,7 @@
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -21,8 +21,7 @@ class Algorithm:
 
     What the harness asks of `make_train_parts(config, log_fn=None) -> (init, run)`, both pure and jittable for
     one agent (the harness vmaps them over agents and splits the agents over devices):
-    - `init(rng, hparams=None) -> runner`: the agent's whole state (networks, optimizer, env state, buffers, RNG
-      key and `hparams`, its values of the `sweepable` fields as float32 arrays; None: the config's);
+    - `init(rng) -> runner`: the agent's whole state (networks, optimizer, env state, buffers, RNG key);
     - `run(agent, runner, iterations) -> (runner, metrics)`: one `lax.scan` over the 1-D int array `iterations`
       (its numbers, so any chunking of `arange(num_iterations(config))` gives the numbers of one call); each
       metric has one value per iteration: `env_steps` (so far, per agent), `episodes` (ended in the iteration),
@@ -31,11 +30,13 @@ class Algorithm:
       `harness.report(log_fn, agent, iteration, metrics, every=config.log_every)` in each iteration, for users of
       `make_train`; the harness passes no `log_fn` (a program with host callbacks cannot go into JAX's compilation
       cache) and prints the progress lines between the pieces of a chunk (see `log_period`).
+
+    Sweeps: the harness calls `make_train_parts` once per agent inside the compiled program, with a config whose
+    swept fields hold that agent's values (traced scalars), so `config.learning_rate` anywhere in the script is the
+    agent's own. A field that fixes a shape, a loop length or a Python branch cannot be swept: the harness says so
+    in one line, as it does for a swept field the compiled program never reads.
     """
 
-    name: str | Callable[[Any], str]
-    """the algorithm's name in run names, config.json, checkpoints and messages ("ppo"); a function of the config
-    when one script holds several learners (then list them in `names`)"""
     config: type
     """the script's `Config`: a frozen dataclass subclassing `harness.Flags`"""
     make_train_parts: Callable
@@ -46,18 +47,13 @@ class Algorithm:
     """`(config, runner) -> act`: one agent's deterministic policy, `act(obs batch) -> action batch`"""
     metric_keys: tuple[str, ...] | Callable[[Any], tuple[str, ...]]
     """metrics.csv's columns after `seed` and `iteration`, in order: `env_steps` first, `nonfinite` last"""
-    sweepable: tuple[str, ...] | Callable[[Any], tuple[str, ...]]
-    """the fields that enter the jitted code as arrays (`hparams`), one value per agent: what --sweep can vary"""
+    name: str | None = None
+    """the algorithm's name in run names, config.json, checkpoints and messages; None (the default): the script's
+    file name without .py, so a copy of ppo.py saved as ppo_kl.py is "ppo_kl" and its runs are its own"""
     validate: Callable[[Any], None] = _no_checks
     """raises `ConfigError` for a config this algorithm cannot train (the shared flags are checked already)"""
     resolve: Callable[[Any], Any] = _as_is
-    """the config as it trains, e.g. with a learner chosen and its defaults filled in; runs before `validate`"""
-    names: tuple[str, ...] = ()
-    """every name a function `name` can give"""
-    aliases: dict = field(default_factory=lambda: {"lr": "learning_rate"})
-    """short names --sweep accepts for fields"""
-    sweep_help: str | None = None
-    """the sweepable fields as --help lists them, when `sweepable` is a function"""
+    """the config as it trains, with defaults that depend on other fields filled in; runs before `validate`"""
     result_flags: tuple[str, ...] = ()
     """shared flags this algorithm computes with (td3: log_every sets its metrics rows), so --resume keeps them"""
     nonfinite_hint: str = "lower --learning-rate"
@@ -75,11 +71,15 @@ class Algorithm:
     write_stats: Callable | None = None
     """`(config, point_dir, stats) -> (summary fields, image paths)`: extra outputs of a sweep point's agents"""
 
-    def name_of(self, config) -> str:
-        return self.name(config) if callable(self.name) else self.name
+    def __post_init__(self):
+        if self.name is None:  # frozen: set once, here
+            object.__setattr__(self, "name", os.path.splitext(self.script)[0])
 
-    def all_names(self) -> tuple[str, ...]:
-        return self.names or (self.name,)
+    @property
+    def script(self) -> str:
+        """The script's file name ("ppo.py"), for messages."""
+        module = sys.modules[self.make_train_parts.__module__]
+        return os.path.basename(getattr(module, "__file__", None) or f"{module.__name__}.py")
 
     def metric_keys_of(self, config) -> tuple[str, ...]:
         return self.metric_keys(config) if callable(self.metric_keys) else self.metric_keys
@@ -89,11 +89,3 @@ class Algorithm:
 
     def log_period_of(self, config) -> int:
         return self.log_period(config) if self.log_period is not None else config.log_every
-
-    def sweepable_of(self, config) -> tuple[str, ...]:
-        return self.sweepable(config) if callable(self.sweepable) else self.sweepable
-
-    @property
-    def script(self) -> str:
-        """The script's file name ("ppo.py"), for messages."""
-        return os.path.basename(sys.modules[self.make_train_parts.__module__].__file__)

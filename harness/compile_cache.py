@@ -16,8 +16,8 @@ import platform
 import sys
 
 import jax
-from jax._src import compilation_cache
-from jax._src.compilation_cache_interface import CacheInterface
+
+from harness.jax_private import CacheInterface, install_cache_store
 
 MAX_BYTES = 2 << 30
 
@@ -101,5 +101,5 @@ def start(flag: str | None) -> str | None:
         return None
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-    compilation_cache._cache = FileCache(path)  # in place of JAX's (it is made lazily, so not made yet)
+    install_cache_store(FileCache(path))  # in place of JAX's (it is made lazily, so not made yet)
     return path

@@ -6,7 +6,7 @@ import numpy as np
 
 from harness.checkpoints import Checkpoints
 from harness.flags import ConfigError, check_paths, read_run_config
-from harness.scale import agent_layout, sweep_points
+from harness.scale import agent_layout, agent_parts, sweep_points
 
 # With threefry, fold_in(key, i) equals split(key, n)[i] for every i < n: folding a small number into an agent's
 # root key gives a key its init split off (fold_in(key, 1) was ppo's actor init key). No split of the root into
@@ -47,16 +47,16 @@ def evaluate_run(algorithm, config):
     if not episodes > 0:
         raise ConfigError(f"--eval-episodes must be a positive integer, got {episodes}")
     run_config = algorithm.resolve(algorithm.config(**{**saved, "eval_episodes": episodes}))
-    name = algorithm.name_of(run_config)
-    keys, hparams, names = agent_layout(algorithm, run_config, sweep_points(algorithm, run_config))
+    name = algorithm.name
+    keys, swept, names = agent_layout(run_config, sweep_points(algorithm, run_config))
     if config.seed_index is not None and not 0 <= config.seed_index < len(keys):
         raise ConfigError(f"--seed-index {config.seed_index} is out of range: the run has {len(keys)} agents "
                           f"(indices 0 to {len(keys) - 1})")
     if config.gif is not None and not envs.can_draw(run_config.env):
         raise ConfigError(f"--gif: gymnax cannot draw {run_config.env}; drop --gif, or evaluate a run on a "
                           "classic-control, MinAtar or misc env")
-    init, _ = algorithm.make_train_parts(run_config)
-    abstract_runner = jax.eval_shape(jax.vmap(init), keys, hparams)
+    parts = agent_parts(algorithm, run_config)
+    abstract_runner = jax.eval_shape(jax.vmap(lambda key, swept: parts(swept)[1](key)), keys, swept)
     with Checkpoints(config.eval) as checkpoints:
         restored = checkpoints.restore("--eval", name, run_config, abstract_runner, False)
     if restored is None:
@@ -64,7 +64,8 @@ def evaluate_run(algorithm, config):
                           "before its first chunk ended: --resume it")
     runner, _, done = restored
     eval_keys = evaluation_keys(keys)
-    returns, _ = jax.jit(jax.vmap(make_evaluate(algorithm, run_config, with_stats=False)))(eval_keys, runner)
+    returns, _ = jax.jit(jax.vmap(lambda key, runner, swept: make_evaluate(algorithm, parts(swept)[0], False)(
+        key, runner)))(eval_keys, runner, swept)
     returns = np.asarray(returns)
     indices = range(len(keys)) if config.seed_index is None else [config.seed_index]
     print(f"{name} on {run_config.env}, checkpoint after {done} iterations: deterministic policy, {episodes} "
@@ -76,7 +77,8 @@ def evaluate_run(algorithm, config):
         print(f"mean over agents: {returns.mean():.2f}")
     if config.gif is not None:
         index = config.seed_index or 0
-        act = algorithm.policy(run_config, jax.tree.map(lambda x: x[index], runner))
+        act = algorithm.policy(parts({k: v[index].item() for k, v in swept.items()})[0],
+                               jax.tree.map(lambda x: x[index], runner))
         total, length = envs.record_episode(run_config.env, act, eval_keys[index], config.gif)
         print(f"one episode of seed {names[index]} (index {index}): return {total:.1f} in {length} steps, drawn "
               f"to {config.gif}")

@@ -25,3 +25,19 @@ def permutation(key, n: int):
         moved = (jnp.sort(packed) & ((1 << index_bits) - 1)).astype(jnp.int32)
         order = moved if order is None else order[moved]
     return order
+
+
+def epsilon_greedy(q, bits, epsilon):
+    """Epsilon-greedy actions for a batch of Q rows `q` (n, num_actions) from one uint32 `bits` per row.
+
+    The low 16 bits decide exploration (probability epsilon, to 1/65536); the high 16 bits pick uniformly
+    among the candidates: the tied greedy actions, or every action when exploring. A plain argmax would
+    always pick action 0 on a zero-initialised table. One word of randomness per step keeps the PRNG, the
+    most expensive part of a tabular step on CPU, small.
+    """
+    explore = (bits & 0xFFFF) < (epsilon * 65536.0).astype(jnp.uint32)
+    candidates = (q == q.max(-1, keepdims=True)) | explore[:, None]
+    count = candidates.sum(-1, dtype=jnp.uint32)
+    k = ((bits >> 16) * count) >> 16  # uniform in [0, count)
+    kth_candidate = candidates & (jnp.cumsum(candidates, -1, dtype=jnp.uint32) == (k + 1)[:, None])
+    return jnp.argmax(kth_candidate, -1).astype(jnp.int32)

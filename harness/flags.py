@@ -205,12 +205,16 @@ def read_run_config(algorithm, run_dir, which) -> dict:
     except (OSError, ValueError, KeyError, AttributeError, TypeError):
         raise ConfigError(f"{which}: {path} is missing or unreadable; is {run_dir} a run directory of "
                           f"{algorithm.script}?") from None
-    if name not in algorithm.all_names():
-        raise ConfigError(f"{which}: {run_dir} is a run of {name}, not of {' or '.join(algorithm.all_names())}; "
-                          "use that script")
+    if name != algorithm.name:
+        raise ConfigError(f"{which}: {run_dir} is a run of {name} ({name}.py), not of {algorithm.name} "
+                          f"({algorithm.script}); use {name}.py")
     # JSON has no tuples: tuple fields (hidden_sizes, sweep) come back as lists.
     fields = {f.name for f in dataclasses.fields(algorithm.config)}
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in saved.items() if k in fields}
+    unknown = sorted(set(saved) - fields)
+    if unknown:
+        raise ConfigError(f"{which}: {path} has fields {algorithm.script} does not know ({', '.join(unknown)}): it "
+                          f"was written by another version of {algorithm.name}; use that version")
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()}
 
 
 def given_fields(algorithm, argv) -> set[str]:

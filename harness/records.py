@@ -35,7 +35,7 @@ class RunDirectory:
     directories and their wandb runs."""
 
     def __init__(self, algorithm, config, points, lead):
-        self.name, self.config, self.points, self.lead = algorithm.name_of(config), config, points, lead
+        self.name, self.config, self.points, self.lead = algorithm.name, config, points, lead
         if config.resume is not None:
             self.path = config.resume
             self.run_name = os.path.basename(os.path.normpath(self.path))

@@ -24,9 +24,12 @@ from harness.flags import ConfigError, check_flags, given_fields, resumed_config
 from harness.records import Progress, RunDirectory
 from harness.scale import (
     agent_layout,
+    agent_parts,
     any_process,
+    as_built_by,
     check_memory,
     check_sweep_points,
+    check_swept,
     choose_devices,
     exit_on_lost_peers,
     gather,
@@ -100,9 +103,8 @@ def parse_flags(algorithm):
 def describe(algorithm) -> str:
     """--help's description: the first paragraph of the script's docstring and the fields --sweep can vary."""
     summary = (sys.modules[algorithm.make_train_parts.__module__].__doc__ or "").strip().split("\n\n")[0]
-    alias = {field: short for short, field in algorithm.aliases.items()}
-    fields = algorithm.sweep_help or ", ".join(f"{k} ({alias[k]})" if k in alias else k for k in algorithm.sweepable)
-    return f"{summary}\n\n--sweep can vary: {fields}"
+    return (f"{summary}\n\n--sweep can vary the script's own numeric fields (lr is learning_rate), those that do "
+            "not set a shape or a loop length; each agent reads its value as config.<field>")
 
 
 def check(algorithm, config):
@@ -112,6 +114,7 @@ def check(algorithm, config):
     algorithm.validate(config)
     points = sweep_points(algorithm, config)
     check_sweep_points(algorithm, config, points)
+    check_swept(algorithm, config, points)
     iterations = algorithm.num_iterations(config)
     if config.num_chunks is None:  # config.json records the count chosen, so --resume chunks the same way
         work = config.total_timesteps * config.num_seeds * len(points)
@@ -137,10 +140,11 @@ def chunk_ends(num_iterations, num_chunks) -> list[int]:
     return list(itertools.accumulate(size + (i < longer) for i in range(num_chunks)))
 
 
-def make_segment(run, one_agent, length):
+def make_segment(run, one_agent, length, structure):
     """`segment(agent, runner, start, count) -> (runner, metrics)`: `count` (at most `length`) iterations of `run`
-    from iteration `start`, their metrics in the first `count` of `length` rows. A loop with a trip count known
-    only at run time, so one compiled program runs every piece of every chunk."""
+    from iteration `start`, their metrics in the first `count` of `length` rows, the runner handed back with the
+    host's `structure`. A loop with a trip count known only at run time, so one compiled program runs every piece
+    of every chunk."""
     # Under jit, the trace that finds the metrics' shapes is the one the loop's body reuses (jit's trace cache).
     run = jax.jit(run)
     shapes = jax.eval_shape(run, jax.ShapeDtypeStruct((), jnp.int32), one_agent,
@@ -153,19 +157,20 @@ def make_segment(run, one_agent, length):
             return runner, jax.tree.map(lambda r, m: jax.lax.dynamic_update_slice_in_dim(r, m, i, 0), rows, metrics)
 
         rows = jax.tree.map(lambda x: jnp.zeros((length,) + x.shape[1:], x.dtype), shapes)
-        return jax.lax.fori_loop(0, count, iteration, (runner, rows))
+        runner, rows = jax.lax.fori_loop(0, count, iteration, (runner, rows))
+        return jax.tree.unflatten(structure, jax.tree.leaves(runner)), rows
 
     return segment
 
 
-def run_chunk(compiled, agent_ids, runner, start, end, period, length, progress):
+def run_chunk(compiled, job, runner, start, end, progress):
     """Iterations [start, end) as pieces of the compiled segment program, each ending where a progress line is
     due (or at `end`); while one piece runs, the host prints the last one's lines. -> (runner, every agent's
     metrics of the chunk, as numpy)."""
     pieces = []
     while start < end:
-        count = min(end, (start // period + 1) * period, start + length) - start
-        runner, rows = compiled(agent_ids, runner, np.int32(start), np.int32(count))  # dispatched, not awaited
+        count = min(end, (start // job.period + 1) * job.period, start + job.length) - start
+        runner, rows = compiled(job.agent_ids, runner, np.int32(start), np.int32(count), job.swept)  # not awaited
         if progress is not None and pieces:
             progress.show(*pieces[-1])
         pieces.append((start, count, rows))
@@ -177,94 +182,172 @@ def run_chunk(compiled, agent_ids, runner, start, end, period, length, progress)
                                          zip(pieces, gathered, strict=True)], axis=1) for key in gathered[0]}
 
 
-def train(algorithm, config, points):
-    name, metric_keys = algorithm.name_of(config), algorithm.metric_keys_of(config)
-    keys, hparams, names = agent_layout(algorithm, config, points)
+@dataclasses.dataclass
+class Job:
+    """A run's plan, before anything is compiled or written: its agents, their devices and the programs."""
+
+    algorithm: object
+    config: object
+    points: list
+    keys: np.ndarray  # each agent's root key
+    swept: dict  # each agent's swept values, split over the devices
+    names: object  # agents' names in messages
+    mesh: Mesh
+    sharding: NamedSharding
+    agent_ids: jax.Array
+    parts: object  # harness.scale.agent_parts
+    abstract_runner: object  # every agent's state as shapes, split over the devices
+    segment: object  # the training program, not compiled
+    period: int  # iterations between progress lines
+    length: int  # rows of the segment program's metrics
+    ends: list  # the iteration after each chunk
+
+    @property
+    def lead(self):
+        return jax.process_index() == 0  # process 0 writes the run directory and wandb
+
+    @property
+    def num_iterations(self):
+        return self.ends[-1]
+
+
+def plan(algorithm, config, points) -> Job:
+    """The agents (sweep points x seeds) over the devices, and the training program of one agent, vmapped over a
+    device's agents and split over the devices (shard_map). Each agent's swept values go in as arrays, and the
+    script's parts are made in the program with them (`agent_parts`)."""
+    keys, swept, names = agent_layout(config, points)
     mesh = Mesh(np.array(choose_devices(config, len(keys))), ("agents",))
     sharding = NamedSharding(mesh, PartitionSpec("agents"))
-    lead = jax.process_index() == 0  # process 0 writes the run directory and wandb
-    agents = local_agents(sharding, len(keys))
-    period = algorithm.log_period_of(config)
-    progress = Progress(config, points, agents, [], metric_keys, period)
-    init, run = algorithm.make_train_parts(config)  # no log_fn: progress lines come from the host, below
-    agent_ids = to_agents(np.arange(len(keys), dtype=np.int32), sharding)
-    num_iterations = algorithm.num_iterations(config)
+    parts = agent_parts(algorithm, config)
+
+    def init(key, swept):
+        return parts(swept)[1](key)
+
     abstract_runner = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
-                                   jax.eval_shape(jax.vmap(init), keys, hparams))
+                                   jax.eval_shape(jax.vmap(init), keys, swept))
+    structure = jax.tree.structure(abstract_runner)
     one_agent = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), abstract_runner)
-    ends = chunk_ends(num_iterations, config.num_chunks)
+    period = algorithm.log_period_of(config)
+    ends = chunk_ends(algorithm.num_iterations(config), config.num_chunks)
     length = min(period, max(end - start for start, end in zip([0, *ends[:-1]], ends, strict=True)))
-    segment = over_agents(make_segment(run, one_agent, length), mesh, (0, 0, None, None))
+
+    def segment(agent, runner, start, count, swept):
+        _, init, run = parts(swept)
+        if not swept:  # the run's own parts, made once
+            return make_segment(run, one_agent, length, structure)(agent, runner, start, count)
+        return make_segment(run, as_built_by(init, one_agent), length, structure)(
+            agent, as_built_by(init, runner), start, count)
+
+    return Job(algorithm, config, points, keys, to_agents(swept, sharding), names, mesh, sharding,
+               to_agents(np.arange(len(keys), dtype=np.int32), sharding), parts, abstract_runner,
+               over_agents(segment, mesh, (0, 0, None, None, 0)), period, length, ends)
+
+
+def compile_training(job, run_dir) -> tuple:
+    """-> (the compiled training program, seconds it took). Compiled from shapes alone, so a run too big for memory
+    is refused before anything is allocated (the run directory given up)."""
+    start = time.perf_counter()
+    scalar = jax.ShapeDtypeStruct((), jnp.int32)
+    compiled = job.segment.lower(job.agent_ids, job.abstract_runner, scalar, scalar, job.swept).compile()
+    compile_s = time.perf_counter() - start
+    state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(job.abstract_runner))
+    metric_keys = job.algorithm.metric_keys_of(job.config)
+    agents = local_agents(job.sharding, len(job.keys))
+    try:
+        check_memory(job.config, job.algorithm, [compiled], state_bytes * len(agents) // len(job.keys),
+                     len(job.keys) * job.num_iterations * len(metric_keys) * 4)
+    except ConfigError:
+        run_dir.give_up()
+        raise
+    return compiled, compile_s
+
+
+def start_or_resume(job, checkpoints, run_dir) -> tuple:
+    """-> (runner, metrics so far or None, iterations done): fresh agents, or --resume's newest readable checkpoint;
+    (None, None, done) for a finished run, which is left alone."""
+    name, config = job.algorithm.name, job.config
+    restored = None
+    if config.resume is not None:
+        restored = checkpoints.restore("--resume", name, config, job.abstract_runner, True)
+        if restored is None and job.lead:
+            print("no checkpoint yet (the run stopped before its first chunk ended): starting it again")
+    if restored is None:
+        runner = init_agents(lambda key, swept: job.parts(swept)[1](key), job.sharding, job.keys, job.swept)
+        # With a sweep, init's program gave the runner static parts of its own: the host keeps one structure.
+        return jax.tree.unflatten(jax.tree.structure(job.abstract_runner), jax.tree.leaves(runner)), None, 0
+    runner, history, done = restored
+    if done == job.num_iterations and os.path.exists(os.path.join(run_dir.path, "summary.json")):
+        if job.lead:
+            print(f"{run_dir.path} is finished ({done} of {done} iterations, summary.json written): nothing to "
+                  "resume")
+        return None, None, done
+    if job.lead:
+        print(f"resuming after iteration {done} of {job.num_iterations}")
+    return runner, history, done
+
+
+def train_chunks(job, compiled, runner, history, done, checkpoints, run_dir, progress, stop):
+    """The chunks after iteration `done`: after each, its rows appended to metrics.csv, a non-finite check, a
+    checkpoint, and a stop if a signal came. -> (runner, every iteration's metrics)."""
+    config, algorithm = job.config, job.algorithm
+    profile_dir = os.path.join(run_dir.path, "profile")
+    remaining = [end for end in job.ends if end > done]
+    for start, end in zip([done, *remaining][:len(remaining)], remaining, strict=True):
+        profiled = config.profile and start == done and job.lead
+        with jax.profiler.trace(profile_dir, create_perfetto_trace=True) if profiled else contextlib.nullcontext():
+            runner, metrics = run_chunk(compiled, job, runner, start, end, progress if job.lead else None)
+        if job.lead:
+            run_dir.append_metrics(start, metrics)
+        if metrics["nonfinite"].any():
+            raise nonfinite_stop(job.names, start, metrics["nonfinite"], start, algorithm.nonfinite_hint)
+        history = metrics if history is None else jax.tree.map(
+            lambda a, b: np.concatenate([a, b], axis=1), history, metrics)
+        with peers_within_timeout("a chunk's checkpoint"):  # orbax syncs the processes
+            checkpoints.save(end, runner, history, algorithm.name, config)
+        signum = any_process(stop.signal or 0)  # a signal to any process stops them all
+        if signum and end < job.num_iterations:
+            raise RunStopped(f"{signal.Signals(signum).name}: stopped after iteration {end} of {job.num_iterations}, "
+                             f"metrics and checkpoint written; continue with: python {algorithm.script} --resume "
+                             f"{run_dir.path}", 128 + signum)
+    if config.profile and job.lead:
+        print(f"profiler trace in {profile_dir}: open its *.trace.json.gz at https://ui.perfetto.dev "
+              "(the trace adds overhead to train_s)")
+    return runner, history
+
+
+def train(algorithm, config, points):
+    """A new or resumed run: planned, its directory claimed, compiled, trained in chunks, then evaluated and
+    summarised."""
+    job = plan(algorithm, config, points)
+    progress = Progress(config, points, local_agents(job.sharding, len(job.keys)), [],
+                        algorithm.metric_keys_of(config), job.period)
     # From here on Ctrl-C or SIGTERM (during compilation too) stop the run where the running chunk ends.
     with StopRequest() as stop:
-        run_dir = RunDirectory(algorithm, config, points, lead)  # claimed, config.json written
-        if lead:
+        run_dir = RunDirectory(algorithm, config, points, job.lead)  # claimed, config.json written
+        if job.lead:
             described = (f"{config.num_seeds} seeds x {len(points)} sweep points" if run_dir.sweep
-                         else f"{len(keys)} agents")
-            print(f"{name} on {config.env}: {described} x {config.total_timesteps} steps in {config.num_chunks} "
-                  f"chunk(s) on {mesh.devices.size} device(s), run dir {run_dir.path}", flush=True)
-        start_time = time.perf_counter()
-        # Compiled once, from shapes alone, so a run too big for memory is refused before anything is allocated.
-        scalar = jax.ShapeDtypeStruct((), jnp.int32)
-        compiled = segment.lower(agent_ids, abstract_runner, scalar, scalar).compile()
-        compile_s = time.perf_counter() - start_time
-        state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(abstract_runner))
-        try:
-            check_memory(config, algorithm, [compiled], state_bytes * len(agents) // len(keys),
-                         len(keys) * num_iterations * len(metric_keys) * 4)
-        except ConfigError:
-            run_dir.give_up()
-            raise
+                         else f"{len(job.keys)} agents")
+            print(f"{algorithm.name} on {config.env}: {described} x {config.total_timesteps} steps in "
+                  f"{config.num_chunks} chunk(s) on {job.mesh.devices.size} device(s), run dir {run_dir.path}",
+                  flush=True)
+        compiled, compile_s = compile_training(job, run_dir)
         run_dir.start_wandb()
         progress.wandb_runs = run_dir.wandb_runs
         try:
             # exit_on_lost_peers is left first: a lost peer ends this process before orbax waits for it.
             with Checkpoints(run_dir.path, config.keep_checkpoints) as checkpoints, exit_on_lost_peers():
-                if lead:
+                if job.lead:
                     print(f"compiled in {compile_s:.1f} s", flush=True)
-                restored = None
-                if config.resume is not None:
-                    restored = checkpoints.restore("--resume", name, config, abstract_runner, True)
-                    if restored is None and lead:
-                        print("no checkpoint yet (the run stopped before its first chunk ended): starting it again")
-                if restored is not None:
-                    runner, history, done = restored
-                    if done == num_iterations and os.path.exists(os.path.join(run_dir.path, "summary.json")):
-                        if lead:
-                            print(f"{run_dir.path} is finished ({done} of {num_iterations} iterations, summary.json "
-                                  "written): nothing to resume")
-                        run_dir.finish_wandb()
-                        return
-                    if lead:
-                        print(f"resuming after iteration {done} of {num_iterations}")
-                else:
-                    runner, history, done = init_agents(init, sharding, keys, hparams), None, 0
-                remaining = [end for end in ends if end > done]
-                chunks = list(zip([done, *remaining][:len(remaining)], remaining, strict=True))  # none: finished
-                if lead:
-                    run_dir.open_metrics(metric_keys, history)
-                profile_dir = os.path.join(run_dir.path, "profile")
+                runner, history, done = start_or_resume(job, checkpoints, run_dir)
+                if runner is None:
+                    run_dir.finish_wandb()
+                    return
+                if job.lead:
+                    run_dir.open_metrics(algorithm.metric_keys_of(config), history)
                 progress.start = time.perf_counter()
                 progress.start_steps = int(history["env_steps"][0, done - 1]) if done else 0
-                for start, end in chunks:
-                    profiled = config.profile and start == done and lead
-                    trace = jax.profiler.trace(profile_dir, create_perfetto_trace=True) if profiled else None
-                    with trace or contextlib.nullcontext():
-                        runner, metrics = run_chunk(compiled, agent_ids, runner, start, end, period, length,
-                                                    progress if lead else None)
-                    if lead:
-                        run_dir.append_metrics(start, metrics)
-                    if metrics["nonfinite"].any():
-                        raise nonfinite_stop(names, start, metrics["nonfinite"], start, algorithm.nonfinite_hint)
-                    history = metrics if history is None else jax.tree.map(
-                        lambda a, b: np.concatenate([a, b], axis=1), history, metrics)
-                    with peers_within_timeout("a chunk's checkpoint"):  # orbax syncs the processes
-                        checkpoints.save(end, runner, history, name, config)
-                    signum = any_process(stop.signal or 0)  # a signal to any process stops them all
-                    if signum and end < num_iterations:
-                        raise RunStopped(f"{signal.Signals(signum).name}: stopped after iteration {end} of "
-                                         f"{num_iterations}, metrics and checkpoint written; continue with: python "
-                                         f"{algorithm.script} --resume {run_dir.path}", 128 + signum)
+                runner, history = train_chunks(job, compiled, runner, history, done, checkpoints, run_dir, progress,
+                                               stop)
         except OSError as error:  # metrics.csv or a checkpoint could not be written
             run_dir.finish_wandb(exit_code=1)
             raise write_failed(error, algorithm.script, run_dir.path) from None
@@ -272,27 +355,35 @@ def train(algorithm, config, points):
             run_dir.finish_wandb(exit_code=1)
             raise
     train_s = time.perf_counter() - progress.start
-    if config.profile and lead:
-        print(f"profiler trace in {profile_dir}: open its *.trace.json.gz at https://ui.perfetto.dev "
-              "(the trace adds overhead to train_s)")
+    summarize(job, runner, history, run_dir, {"resumed_after_iteration": done or None, "compile_s": compile_s,
+                                               "train_s": train_s}, progress.start_steps)
 
-    evaluate = over_agents(make_evaluate(algorithm, config), mesh, (0, 0))
-    eval_returns, stats = gather(evaluate(to_agents(evaluation_keys(keys), sharding), runner), "the final evaluation")
-    if not lead:
+
+def summarize(job, runner, history, run_dir, extra, start_steps):
+    """The final evaluation of every agent, the end-of-run report and the run directory's summaries."""
+    algorithm, config, keys = job.algorithm, job.config, job.keys
+    if job.lead:
+        print(f"trained in {extra['train_s']:.1f} s; evaluating the {len(keys)} agent(s) on {config.eval_episodes} "
+              "episodes each, then writing the summaries and plots", flush=True)
+    evaluate = over_agents(lambda key, runner, swept: make_evaluate(algorithm, job.parts(swept)[0])(key, runner),
+                           job.mesh, (0, 0, 0))
+    eval_returns, stats = gather(evaluate(to_agents(evaluation_keys(keys), job.sharding), runner, job.swept),
+                                 "the final evaluation")
+    if not job.lead:
         return
     env_steps = int(history["env_steps"][0, -1])
-    sps = (env_steps - progress.start_steps) * len(keys) / train_s
-    extra = {"resumed_after_iteration": done if restored is not None else None, "compile_s": compile_s,
-             "train_s": train_s, "sps": sps, "num_devices": int(mesh.devices.size),
-             "num_processes": jax.process_count()}
+    sps = (env_steps - start_steps) * len(keys) / extra["train_s"]
+    extra = {**extra, "sps": sps, "num_devices": int(job.mesh.devices.size), "num_processes": jax.process_count()}
     counts, speeds = f"{env_steps} env steps", f"{sps:.0f} env steps/s"
     if "updates" in history:  # gradient updates so far, where an algorithm counts them apart from iterations
         updates = int(history["updates"][0, -1])
-        updates_per_s = (updates - (int(history["updates"][0, done - 1]) if done else 0)) * len(keys) / train_s
+        done = extra["resumed_after_iteration"] or 0
+        updates_per_s = (updates - (int(history["updates"][0, done - 1]) if done else 0)) * len(keys) / extra[
+            "train_s"]
         extra = {"updates": updates, **extra, "updates_per_s": updates_per_s}
         counts, speeds = f"{counts} and {updates} updates", f"{speeds} and {updates_per_s:.0f} updates/s"
-    print(f"\n{'=' * 72}\n{name} on {config.env}: {len(keys)} agents, {counts} each")
-    print(f"compile {compile_s:.1f} s, train {train_s:.1f} s, {speeds} over all agents")
+    print(f"\n{'=' * 72}\n{algorithm.name} on {config.env}: {len(keys)} agents, {counts} each")
+    print(f"compile {extra['compile_s']:.1f} s, train {extra['train_s']:.1f} s, {speeds} over all agents")
     try:
         run_dir.write_summaries(algorithm, history, eval_returns.mean(axis=1), stats, extra)
     except OSError as error:

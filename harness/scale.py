@@ -17,7 +17,9 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import PartitionSpec
 
+from harness import jax_private
 from harness.flags import ConfigError, flag, require_finite
+from harness.jax_private import coordination_client
 
 
 def start_processes(argv=None):
@@ -66,9 +68,7 @@ def start_processes(argv=None):
 def _beat(process_id, every):
     """This process's heartbeat for its peers' watchdogs: a counter in the coordination service's key-value
     store, raised every `every` seconds while the process lives."""
-    from jax._src import distributed
-
-    client = distributed.global_state.client
+    client = coordination_client()
     for beat in itertools.count():
         try:
             client.key_value_set(f"scanrl/alive/{process_id}", str(beat), allow_overwrite=True)
@@ -92,9 +92,7 @@ def peers_within_timeout(what):
     if jax.process_count() == 1 or PEERS["timeout"] is None:
         yield
         return
-    from jax._src import distributed
-
-    client, number = distributed.global_state.client, next(_collectives)
+    client, number = coordination_client(), next(_collectives)
     me, timeout = PEERS["process_id"], PEERS["timeout"]
     count = PEERS["num_processes"]
 
@@ -160,12 +158,10 @@ def exit_for_lost_peers(what, missing=None, cause=""):
     """One line naming the processes of the run that are gone (`missing`; else those the coordination service no
     longer counts live), then exit 1 at once: a normal exit would wait in JAX's shutdown barrier for the dead
     peers and end in a C++ stack dump."""
-    from jax._src import distributed
-
     me, count = PEERS["process_id"], PEERS["num_processes"]
     if missing is None:
         try:
-            live = distributed.global_state.client.get_live_nodes(list(range(count)))
+            live = coordination_client().get_live_nodes(list(range(count)))
             missing = [p for p in range(count) if p not in live]
         except Exception:
             missing = []
@@ -181,35 +177,39 @@ def exit_for_lost_peers(what, missing=None, cause=""):
 # Sweeps
 
 
-def _field_name(algorithm, name):
-    name = name.strip().replace("-", "_")
-    return algorithm.aliases.get(name, name)
+# Short names --sweep accepts for fields.
+ALIASES = {"lr": "learning_rate"}
 
 
-def swept(algorithm, config) -> list[str]:
-    """The fields --sweep names (aliases resolved), also before the specs are checked: for an algorithm's
-    `validate` that refuses sweeping a field in some configurations."""
-    return [_field_name(algorithm, spec.partition("=")[0]) for spec in config.sweep]
+def sweepable_fields(config) -> tuple[str, ...]:
+    """The fields --sweep may vary: the script's own numeric fields (not booleans, not the shared flags). Whether
+    the compiled program can take one value per agent of each is known only when it is traced (`check_swept`)."""
+    from harness.flags import Flags
+
+    shared = {f.name for f in dataclasses.fields(Flags)}
+    return tuple(f.name for f in dataclasses.fields(config) if f.name not in shared
+                 and type(getattr(config, f.name)) in (int, float))
 
 
 def sweep_points(algorithm, config) -> list[dict]:
     """The grid of --sweep values, one dict {field: value} per point (one empty point without --sweep); the last
     --sweep flag varies fastest. A bad spec raises ConfigError."""
-    sweepable = algorithm.sweepable_of(config)
+    sweepable = sweepable_fields(config)
     fields, grids = [], []
     for spec in config.sweep:
         name, sep, values = spec.partition("=")
-        name = _field_name(algorithm, name)
+        name = name.strip().replace("-", "_")
+        name = ALIASES.get(name, name)
         if not sep or not name or not values.strip():
             raise ConfigError(f"--sweep {spec!r} is malformed; write field=v1,v2,... (e.g. --sweep lr=1e-3,3e-4)")
         if name in ("seed", "num_seeds"):
             raise ConfigError(f"--sweep {name}: seeds are vmapped already; use --seed and --num-seeds")
         if name not in {f.name for f in dataclasses.fields(config)}:
-            raise ConfigError(f"--sweep {spec!r}: {algorithm.name_of(config)} has no field {name!r}; sweepable: "
+            raise ConfigError(f"--sweep {spec!r}: {algorithm.script} has no field {name!r}; sweepable: "
                               f"{', '.join(sweepable)}")
         if name not in sweepable:
-            raise ConfigError(f"--sweep {name}: it changes array shapes or the compiled program, so one program "
-                              f"cannot vary it; run one job per value (sweepable: {', '.join(sweepable)})")
+            raise ConfigError(f"--sweep {name}: only the script's own numeric fields can be swept in one program "
+                              f"({', '.join(sweepable)}); run one job per value")
         if name in fields:
             raise ConfigError(f"--sweep {name} is given twice; list all its values in one flag")
         try:
@@ -217,20 +217,15 @@ def sweep_points(algorithm, config) -> list[dict]:
         except ValueError:
             raise ConfigError(f"--sweep {spec!r}: the values must be numbers separated by commas, "
                               "e.g. --sweep lr=1e-3,3e-4") from None
+        if isinstance(getattr(config, name), int):
+            if not all(v.is_integer() for v in parsed):
+                raise ConfigError(f"--sweep {spec!r}: {flag(name)} takes whole numbers")
+            parsed = [int(v) for v in parsed]
         if len(set(parsed)) < len(parsed):
             raise ConfigError(f"--sweep {spec!r} repeats a value")
         fields.append(name)
         grids.append(parsed)
     return [dict(zip(fields, values, strict=True)) for values in itertools.product(*grids)]
-
-
-def with_hparams(train_state, hparams):
-    """`train_state` (a flax TrainState whose optimizer is `optax.inject_hyperparams`, flattened or not) holding
-    this agent's values of the swept fields its optimizer names (`learning_rate`, `max_grad_norm`) as float32
-    arrays: each agent of a sweep carries its own."""
-    opt_state = train_state.opt_state
-    injected = {k: jnp.asarray(hparams[k], jnp.float32) for k in opt_state.hyperparams}
-    return train_state.replace(opt_state=opt_state._replace(hyperparams=injected))
 
 
 def point_label(point: dict) -> str:
@@ -261,13 +256,77 @@ def seed_keys(config) -> np.ndarray:
     return np.asarray(jax.vmap(jax.random.PRNGKey)(seeds))
 
 
-def agent_layout(algorithm, config, points):
-    """-> (keys, hparams {field: (agents,) float32}, names), one row per agent (point-major); numpy arrays, built
-    in time linear in the agents, and the agents' names made only when asked for."""
+def agent_layout(config, points):
+    """-> (keys, swept {field: (agents,) int32 or float32}, names), one row per agent (point-major); numpy arrays,
+    built in time linear in the agents, and the agents' names made only when asked for."""
     keys = np.tile(seed_keys(config), (len(points), 1))
-    hparams = {k: np.repeat(np.array([p.get(k, getattr(config, k)) for p in points], np.float32), config.num_seeds)
-               for k in algorithm.sweepable_of(config)}
-    return keys, hparams, AgentNames(config, points)
+    return keys, swept_values(config, points), AgentNames(config, points)
+
+
+def swept_values(config, points) -> dict:
+    """{field: one value per agent} of the swept fields (none without --sweep), point-major like the agents."""
+    return {k: np.repeat(np.array([p[k] for p in points], dtype_of(config, k)), config.num_seeds)
+            for k in points[0]}
+
+
+def dtype_of(config, name):
+    """A swept field's type inside the compiled program."""
+    return np.int32 if isinstance(getattr(config, name), int) else np.float32
+
+
+def agent_parts(algorithm, config):
+    """`parts(swept) -> (config, init, run)` of one agent: without swept values the run's own, made once; with
+    them (traced scalars inside a compiled program), `make_train_parts` of the config holding the agent's values,
+    so whatever the script reads of a swept field, wherever it reads it, is that agent's value."""
+    base = (config, *algorithm.make_train_parts(config))
+
+    def parts(swept):
+        if not swept:
+            return base
+        agent_config = dataclasses.replace(config, **swept)
+        return (agent_config, *algorithm.make_train_parts(agent_config))
+
+    return parts
+
+
+def as_built_by(init, runner):
+    """`runner` with the structure `init` gives it. With a sweep, a runner's static parts (an optimizer's functions,
+    which close over the agent's swept values) belong to the program that traced them, so each program rebuilds
+    them from the arrays."""
+    key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+    return jax.tree.unflatten(jax.tree.structure(jax.eval_shape(init, key)), jax.tree.leaves(runner))
+
+
+def check_swept(algorithm, config, points):
+    """ConfigError naming the field, before anything is compiled or written, for a swept field the compiled program
+    cannot take one value per agent of (it sets a shape, a loop length or a Python branch), and for one whose value
+    changes nothing the program computes: every point would train alike (e.g. a fork's new field that its code
+    does not use, or a field of a part the config switches off)."""
+    if not config.sweep:
+        return
+    from harness.evaluation import make_evaluate
+
+    parts = agent_parts(algorithm, config)
+    key = jax.random.PRNGKey(0)
+    for name in points[0]:
+        def one_agent(value, name=name):
+            """One agent's init, two iterations of training and its evaluation, as a program of one swept value:
+            what the iterations report and the trained policy's returns."""
+            agent_config, init, run = parts({name: value})
+            runner, metrics = run(0, init(key), jnp.arange(2, dtype=jnp.int32))
+            return metrics, make_evaluate(algorithm, agent_config, with_stats=False)(key, runner)[0]
+
+        try:
+            reads = jax_private.reads_its_input(one_agent, jax.ShapeDtypeStruct((), dtype_of(config, name)))
+        except Exception as error:
+            cause = (str(error).strip().splitlines() or [""])[0][:160]
+            raise ConfigError(f"--sweep {name}: {algorithm.script} needs one value of {flag(name)} for the whole "
+                              f"compiled program (it sets a shape, a loop length or a Python branch: "
+                              f"{type(error).__name__}: {cause}); run one job per value") from None
+        if not reads:
+            raise ConfigError(f"--sweep {name}: the value of config.{name} changes nothing {algorithm.script} "
+                              "computes with this config (no metric, no trained policy), so every point would train "
+                              "alike; read it in the compiled program, or drop it from --sweep")
 
 
 class AgentNames:
@@ -338,7 +397,7 @@ def local_agents(sharding, num_agents) -> list[int]:
             for i in range(num_agents)[index[0]]]
 
 
-def init_agents(init, sharding, keys, hparams):
+def init_agents(init, sharding, keys, swept):
     """jit(vmap(init)) for each of this process's devices' agents, assembled into arrays split over the agents.
     Every device's agents are initialised on the first device, one device after the other, then moved: one
     compile instead of one per device, and never two host devices at once (XLA:CPU, jax 0.10.2, deadlocked
@@ -347,7 +406,7 @@ def init_agents(init, sharding, keys, hparams):
     placement = sharding.addressable_devices_indices_map(keys.shape[:1])
     first = next(iter(placement))
     for device, index in placement.items():
-        local = jax.device_put((keys[index], {k: v[index] for k, v in hparams.items()}), first)
+        local = jax.device_put((keys[index], {k: v[index] for k, v in swept.items()}), first)
         shards.append(jax.device_put(jax.block_until_ready(jitted(*local)), device))
     return jax.tree.map(lambda *xs: jax.make_array_from_single_device_arrays(
         (len(keys),) + xs[0].shape[1:], sharding, list(xs)), *shards)
