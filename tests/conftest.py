@@ -1,7 +1,9 @@
 """Shared test helpers: run a script as a user would, offline, with a timeout."""
 
+import ctypes
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +15,66 @@ import pytest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+
+def descendants(pid) -> list[int]:
+    """Every process below `pid` (children, their children, ...), from /proc."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def stop_everything(signum, frame):
+    """Ctrl-C or SIGTERM to pytest: its xdist workers and every process they started (a training script that
+    would finish its chunk first, a test's own subprocesses) are stopped (SIGSTOP, so none forks any more, then
+    SIGKILL) and pytest exits at once with 128 + the signal's number. Without this, pytest-xdist waits for its
+    workers, which wait for their subprocesses, and SIGTERM left them all running."""
+    stopped = set()
+    while new := [p for p in descendants(os.getpid()) if p not in stopped]:
+        for pid in new:
+            with_process(pid, signal.SIGSTOP)
+        stopped.update(new)
+    for pid in stopped:
+        with_process(pid, signal.SIGKILL)
+    name = signal.Signals(signum).name
+    os.write(2, f"\n{name}: pytest stopped, and the {len(stopped)} processes it had started\n".encode())
+    os._exit(128 + signum)
+
+
+def with_process(pid, signum):
+    try:
+        os.kill(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def die_with_parent():
+    """Linux: this process gets SIGKILL when its parent dies (prctl PR_SET_PDEATHSIG), so a worker whose pytest was
+    killed outright (kill -9) does not run on."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def pytest_configure(config):
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker
+        die_with_parent()
+    else:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, stop_everything)
 
 
 @pytest.fixture(scope="session", autouse=True)
