@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import time
-import warnings
 
 import jax
 import jax.numpy as jnp
@@ -97,14 +96,24 @@ class RunDirectory:
         summary.json ranks the points. Prints the report and ends the wandb runs."""
         config, seeds = self.config, [self.config.seed + i for i in range(self.config.num_seeds)]
         summaries, images = [], []
+        title = f"{self.name} on {config.env}"
+        if self.sweep:  # every point's plot on the same axes, so they compare at a glance
+            print("plotting the learning curves of every point", flush=True)
+            curves = [carried_returns(point_rows(history, p, config.num_seeds)) for p in range(len(self.points))]
+            ylim = shared_ylim([c for c in curves if c is not None])
+            plot_sweep(os.path.join(self.path, "learning_curves.png"), history["env_steps"][0], curves,
+                       [point_label(p) for p in self.points], f"{title}: {len(self.points)} sweep points",
+                       config.num_seeds)
+        else:
+            ylim = None
         for p, point in enumerate(self.points):
             if self.sweep:
                 print(f"-- point {p}: {point_label(point)}")
             metrics, returns, point_stats = point_rows((history, eval_returns, stats), p, config.num_seeds)
             point_dir = self.point_dirs[p]
             images.append([plot_learning_curve(os.path.join(point_dir, "learning_curve.png"), metrics,
-                                               f"{self.name} on {config.env}")])
-            final = final_returns(metrics)
+                                               f"{title}, {point_label(point)}" if self.sweep else title, ylim)])
+            final, fallback = final_returns(metrics, with_fallback=True)
             summary = {"algo": self.name, "env": config.env, "num_seeds": config.num_seeds, "seeds": seeds,
                        "total_timesteps": config.total_timesteps, "env_steps": int(metrics["env_steps"][0, -1]),
                        **extra, "sweep_point": point or None,
@@ -114,6 +123,11 @@ class RunDirectory:
                        "final_return_iqm": aggregate.summarize(final)}
             print(f"final return (last 10% of training): mean {nanmean(final):.2f}, per seed "
                   + " ".join(f"{r:.1f}" for r in final))
+            if fallback.any():
+                late = [seeds[i] for i in np.flatnonzero(fallback)]
+                print(f"  (no episode ended in the last 10% for seed(s) {', '.join(map(str, late))}: their last "
+                      "finished episodes count instead)" if np.isfinite(final[fallback]).any() else
+                      "  (no episode ended in this run: no final return; train for longer)")
             iqm = summary["eval_return_iqm"]
             iqm = f"IQM {iqm['iqm']:.2f} [{iqm['ci'][0]:.2f}, {iqm['ci'][1]:.2f}], " if iqm["n"] else ""
             print(f"eval return (deterministic policy):  mean {returns.mean():.2f}, {iqm}per seed "
@@ -125,17 +139,23 @@ class RunDirectory:
             write_json(os.path.join(point_dir, "summary.json"), summary)
             summaries.append(summary)
         if self.sweep:
-            ranking = sorted(range(len(self.points)),
-                             key=lambda p: -np.nan_to_num(nanmean(summaries[p]["final_return"]), nan=-np.inf))
+            # The deterministic policy's return on fresh episodes is what a point delivers; the training return
+            # (exploring, and averaged over the last 10%) ranks only where no point has an eval return.
+            by = "eval_return" if any(np.isfinite(nanmean(s["eval_return"])) for s in summaries) else "final_return"
+            means = [nanmean(s[by]) for s in summaries]
+            ranking = sorted(range(len(self.points)), key=lambda p: -np.nan_to_num(means[p], nan=-np.inf))
             write_json(os.path.join(self.path, "summary.json"), {
                 "algo": self.name, "env": config.env, "sweep": list(config.sweep), **extra,
+                "ranked_by": f"{by}_mean",
                 "ranking": [{"rank": r + 1, "point": point_label(self.points[p]), "values": self.points[p],
                              "final_return_mean": nanmean(summaries[p]["final_return"]),
                              "eval_return_mean": nanmean(summaries[p]["eval_return"])}
                             for r, p in enumerate(ranking)]})
-            print("ranking by final return: " + "; ".join(
-                f"{r + 1}. {point_label(self.points[p])} ({nanmean(summaries[p]['final_return']):.1f})"
-                for r, p in enumerate(ranking)))
+            described = ("eval return (deterministic policy, mean over seeds)" if by == "eval_return"
+                         else "final return (last 10% of training, mean over seeds)")
+            print(f"ranking by {described}: " + "; ".join(
+                f"{r + 1}. {point_label(self.points[p])} ({means[p]:.1f})" for r, p in enumerate(ranking)))
+            print(f"all points on one plot: {os.path.join(self.path, 'learning_curves.png')}")
         print(f"written to {self.path}\n{'=' * 72}")
         self.finish_wandb(summaries, images)
 
@@ -163,6 +183,13 @@ def write_json(path, value):
     os.replace(f"{path}.tmp", path)
 
 
+COUNTS = ("env_steps", "episodes", "updates")  # metrics that count something, written as integers
+
+
+def plural(count, noun):
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 class MetricsCsv:
     """<run dir>/metrics.csv, one row per iteration and agent, appended as each chunk ends: a killed run loses at
     most the chunk it was in. Rows go iteration by iteration, so any chunking writes the same file."""
@@ -186,9 +213,11 @@ class MetricsCsv:
 
     def _write_rows(self, f, first, metrics):
         writer = csv.writer(f)
+        # Counts are written as integers whatever dtype a script keeps them in (ppo's episodes are float32 means).
+        columns = [np.asarray(metrics[k]).astype(np.int64) if k in COUNTS else metrics[k] for k in self.keys]
         for u in range(metrics["env_steps"].shape[1]):
             for i, seed in enumerate(self.seeds):
-                writer.writerow([seed, first + u, *(metrics[k][i, u] for k in self.keys)])
+                writer.writerow([seed, first + u, *(c[i, u] for c in columns)])
 
 
 def describe_returns(returns):
@@ -262,7 +291,7 @@ class Progress:
         if len(self.points) > 1:
             line += "  by point: " + " ".join(f"{nanmean(returns[point == p]):.1f}" for p in range(len(self.points)))
         if len(agents) < len(self.points) * self.num_seeds:
-            line += f"  ({len(agents)} agents of process 0)"
+            line += f"  ({plural(len(agents), 'agent')} of process 0)"
         print(line, flush=True)
         for p, wandb_run in enumerate(self.wandb_runs):
             mine = point == p
@@ -279,37 +308,158 @@ class Progress:
             safe_wandb(wandb_run.log, log, step=env_steps)
 
 
-def final_returns(metrics):
-    """Per agent: mean return of the episodes that ended in the last 10% of iterations."""
+def final_returns(metrics, with_fallback=False):
+    """Per agent: mean return of the episodes that ended in the last 10% of iterations. An agent none of whose
+    episodes ended there (long episodes, a short run) gets its last finished episodes' return instead, NaN if it
+    finished none; `with_fallback` -> (returns, which agents fell back)."""
     num_iterations = metrics["episodes"].shape[1]
     tail = slice(num_iterations - max(1, num_iterations // 10), None)
-    episodes = metrics["episodes"][:, tail]
+    episodes = np.nan_to_num(np.asarray(metrics["episodes"][:, tail], dtype=float))
     total = np.nansum(metrics["episode_return"][:, tail] * episodes, axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return total / episodes.sum(axis=1)
+        final = total / episodes.sum(axis=1)
+    fallback = episodes.sum(axis=1) == 0
+    if fallback.any():
+        final = np.where(fallback, carry_forward(metrics["episode_return"])[:, -1], final)
+    return (final, fallback) if with_fallback else final
 
 
-def plot_learning_curve(path, metrics, title):
-    """Episode return against env steps: the mean over agents and their min-max band. -> path."""
+def carry_forward(values):
+    """(agents, iterations) with NaN where nothing was measured -> each row's last measured value so far (NaN
+    before its first)."""
+    values = np.asarray(values, dtype=float)
+    index = np.where(np.isnan(values), 0, np.arange(values.shape[1]))
+    np.maximum.accumulate(index, axis=1, out=index)
+    return np.take_along_axis(values, index, axis=1)
+
+
+def carried_returns(metrics, key="episode_return"):
+    """Per agent and iteration, the return of its latest finished episodes (carried forward from the iteration
+    they ended in), restricted to the agents with any; None if no agent finished an episode."""
+    carried = carry_forward(metrics[key])
+    covered = ~np.all(np.isnan(carried), axis=1)
+    return carried[covered] if covered.any() else None
+
+
+def mean_band(carried):
+    """-> (first iteration every agent of `carried` has a value, then from there on: the mean over agents, the
+    half-width of its 95% confidence interval (Student's t over the agents), min and max)."""
+    start = int(np.argmax(~np.isnan(carried).any(axis=0)))
+    tail, n = carried[:, start:], len(carried)
+    half = np.zeros(tail.shape[1])
+    if n > 1:
+        from scipy.stats import t
+
+        half = t.ppf(0.975, n - 1) * tail.std(0, ddof=1) / np.sqrt(n)
+    return start, tail.mean(0), half, tail.min(0), tail.max(0)
+
+
+def shared_ylim(curves):
+    """One y-range for every sweep point's plot, with a margin; None if no point has a finished episode."""
+    if not curves:
+        return None
+    low, high = min(np.nanmin(c) for c in curves), max(np.nanmax(c) for c in curves)
+    margin = 0.05 * (high - low) or max(1.0, 0.05 * abs(high))
+    return low - margin, high + margin
+
+
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    steps = metrics["env_steps"][0]
-    returns = metrics["episode_return"]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns: no episode ended yet
-        mean, low, high = np.nanmean(returns, 0), np.nanmin(returns, 0), np.nanmax(returns, 0)
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(steps, mean, label=f"mean over {returns.shape[0]} seeds")
-    ax.fill_between(steps, low, high, alpha=0.25, label="min to max")
-    ax.set_xlabel("env steps per agent")
-    ax.set_ylabel("episode return")
-    ax.set_title(title)
-    ax.legend(loc="lower right")
+    return plt
+
+
+def _save(fig, path):
     fig.tight_layout()
     fig.savefig(f"{path}.tmp", dpi=100, format="png")  # renamed once whole, as write_json does
     os.replace(f"{path}.tmp", path)
-    plt.close(fig)
+    _pyplot().close(fig)
     return path
+
+
+def _plot_carried(ax, steps, carried, label, num_agents, color=None, full=True):
+    """The mean over agents of their carried-forward curves, the 95% interval of that mean and (`full`) the
+    min-max range; each agent's own curve too where there are few. -> the mean's line."""
+    start, mean, half, low, high = mean_band(carried)
+    covered, x = len(carried), steps[start:]
+    if full and 1 < covered <= 10:
+        for row in carried:
+            ax.plot(steps, row, color="0.6", linewidth=0.6, alpha=0.6, drawstyle="steps-post")
+        ax.plot([], [], color="0.6", linewidth=0.6, label="each seed")
+    over = plural(covered, "seed") + (f" of {num_agents} (the others finished no episode)" if covered < num_agents
+                                      else "")
+    # Steps, not slopes: a carried value holds until the next episode ends.
+    (line,) = ax.plot(x, mean, color=color, linewidth=2 if full else 1.5, drawstyle="steps-post",
+                      label=f"{label}mean over {over}" if covered > 1 else f"{label}{over}")
+    if covered > 1:
+        ax.fill_between(x, np.maximum(mean - half, low), np.minimum(mean + half, high), color=line.get_color(),
+                        alpha=0.3, step="post",
+                        label=f"{label}95% interval of the mean" if full else None)
+        if full:
+            ax.fill_between(x, low, high, color=line.get_color(), alpha=0.1, step="post",
+                            label="min to max over seeds")
+    return line
+
+
+def _no_episodes(ax, steps):
+    ax.text(0.5, 0.5, f"no episode ended in {int(steps[-1]):,} env steps:\ntrain for longer to see a curve",
+            transform=ax.transAxes, ha="center", va="center")
+    ax.set_xlim(0, max(1, int(steps[-1])))
+
+
+CARRIED_NOTE = "each seed's value at a step: that of its latest finished episodes"
+
+
+def plot_learning_curve(path, metrics, title, ylim=None):
+    """Episode return against env steps: each seed's return carried forward from its latest finished episodes
+    (so a row where none of its episodes ended is no gap), the mean over the seeds that finished any and their
+    min-max band. A second panel shows the episode length where it tells something the return does not (a
+    constant-reward goal env, GridWorld-v0). -> path."""
+    plt = _pyplot()
+    steps = np.asarray(metrics["env_steps"][0], dtype=float)
+    returns = carried_returns(metrics)
+    lengths = carried_returns(metrics, "episode_length") if "episode_length" in metrics else None
+    with_length = (lengths is not None and returns is not None and np.nanmax(lengths) > np.nanmin(lengths)
+                   and not np.allclose(lengths, returns, equal_nan=True))
+    fig, axes = plt.subplots(2 if with_length else 1, 1, figsize=(7, 6.5 if with_length else 4), sharex=True,
+                             squeeze=False)
+    ax = axes[0, 0]
+    if returns is None:
+        _no_episodes(ax, steps)
+    else:
+        _plot_carried(ax, steps, returns, "", len(metrics["episode_return"]))
+        ax.legend(loc="best", fontsize=8)
+    if ylim is not None:
+        ax.set_ylim(*ylim)
+    ax.set_ylabel("episode return")
+    ax.set_title(title)
+    if with_length:
+        _plot_carried(axes[1, 0], steps, lengths, "", len(metrics["episode_return"]))
+        axes[1, 0].set_ylabel("episode length")
+    axes[-1, 0].set_xlabel(f"env steps per agent ({CARRIED_NOTE})", fontsize=8)
+    return _save(fig, path)
+
+
+def plot_sweep(path, steps, curves, labels, title, num_seeds):
+    """Every sweep point's mean return (carried forward, as plot_learning_curve) and min-max band on one set of
+    axes. -> path."""
+    plt = _pyplot()
+    steps = np.asarray(steps, dtype=float)
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    colors = plt.get_cmap("tab10" if len(curves) <= 10 else "viridis")
+    for p, (carried, label) in enumerate(zip(curves, labels, strict=True)):
+        color = colors(p if len(curves) <= 10 else p / max(1, len(curves) - 1))
+        if carried is None:
+            ax.plot([], [], color=color, label=f"{label}: no episode ended")
+        else:
+            _plot_carried(ax, steps, carried, f"{label}: ", num_seeds, color=color, full=False)
+    if all(c is None for c in curves):
+        _no_episodes(ax, steps)
+    ax.set_xlabel(f"env steps per agent ({CARRIED_NOTE}; bands: 95% interval of the mean)", fontsize=8)
+    ax.set_ylabel("episode return")
+    ax.set_title(title)
+    ax.legend(loc="best", fontsize=7)
+    return _save(fig, path)

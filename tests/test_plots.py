@@ -1,0 +1,119 @@
+"""harness/records.py's plots and per-run figures: learning curves carry each seed's return forward from its latest
+finished episodes (no gaps, never empty), count the seeds they cover, and a sweep's points share one plot."""
+
+import csv
+
+import numpy as np
+import pytest
+
+from harness import records
+
+NAN = np.nan
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """The figures the plot functions make, kept open instead of saved."""
+    made = []
+
+    def keep(fig, path):
+        made.append(fig)
+        return path
+
+    monkeypatch.setattr(records, "_save", keep)
+    yield made
+    for fig in made:
+        records._pyplot().close(fig)
+
+
+def sparse_metrics(num_seeds=3, iterations=40, every=7):
+    """Seed s ends an episode (return 10 * row) every `every` rows from row s + 1: most rows hold NaN."""
+    returns = np.full((num_seeds, iterations), NAN)
+    for s in range(num_seeds):
+        returns[s, s + 1::every] = 10.0 * np.arange(s + 1, iterations, every)
+    return {"env_steps": np.tile(100 * (1 + np.arange(iterations)), (num_seeds, 1)),
+            "episodes": (~np.isnan(returns)).astype(np.float32), "episode_return": returns,
+            "episode_length": np.where(np.isnan(returns), NAN, 200.0)}
+
+
+def legend_texts(ax):
+    return [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_carry_forward_holds_each_rows_last_value():
+    got = records.carry_forward(np.array([[NAN, 1.0, NAN, NAN, 3.0], [2.0, NAN, NAN, 4.0, NAN]]))
+    np.testing.assert_array_equal(got, [[NAN, 1.0, 1.0, 1.0, 3.0], [2.0, 2.0, 2.0, 4.0, 4.0]])
+
+
+def test_curve_has_no_gap_once_every_seed_finished_an_episode(figures):
+    metrics = sparse_metrics()
+    start, mean, half, low, high = records.mean_band(records.carried_returns(metrics))
+    assert start == 3  # seed 2's first episode ends in row 3
+    assert not np.isnan(mean).any() and not np.isnan(half).any() and np.all(low <= mean) and np.all(mean <= high)
+    np.testing.assert_allclose(mean[0], np.mean([10.0, 20.0, 30.0]))
+    records.plot_learning_curve("unused.png", metrics, "t")
+    (ax,) = figures[0].axes  # episode length is constant: no second panel
+    (mean_line,) = [line for line in ax.get_lines() if line.get_label() == "mean over 3 seeds"]
+    assert np.isfinite(mean_line.get_ydata()).all() and len(mean_line.get_ydata()) == 37
+    assert "95% interval of the mean" in legend_texts(ax) and "min to max over seeds" in legend_texts(ax)
+
+
+def test_legend_counts_only_seeds_with_a_finished_episode(figures):
+    metrics = sparse_metrics(num_seeds=3)
+    metrics["episode_return"][1] = NAN
+    records.plot_learning_curve("unused.png", metrics, "t")
+    assert "mean over 2 seeds of 3 (the others finished no episode)" in legend_texts(figures[0].axes[0])
+
+
+def test_one_seed_is_one_seed(figures):
+    records.plot_learning_curve("unused.png", sparse_metrics(num_seeds=1), "t")
+    assert legend_texts(figures[0].axes[0]) == ["1 seed"]
+
+
+def test_a_run_without_episodes_says_so(figures):
+    metrics = sparse_metrics()
+    metrics["episode_return"][:] = NAN
+    records.plot_learning_curve("unused.png", metrics, "t")
+    (text,) = figures[0].axes[0].texts
+    assert text.get_text().startswith("no episode ended in 4,000 env steps")
+
+
+def test_episode_length_panel_where_the_return_is_flat(figures):
+    metrics = sparse_metrics()
+    metrics["episode_return"] = np.where(np.isnan(metrics["episode_return"]), NAN, 1.0)  # a goal env
+    metrics["episode_length"] = np.where(np.isnan(metrics["episode_return"]), NAN,
+                                         np.linspace(200, 18, metrics["episode_return"].shape[1]))
+    records.plot_learning_curve("unused.png", metrics, "t")
+    assert [ax.get_ylabel() for ax in figures[0].axes] == ["episode return", "episode length"]
+
+
+def test_learning_curve_png_is_written(tmp_path):
+    path = records.plot_learning_curve(str(tmp_path / "learning_curve.png"), sparse_metrics(), "t")
+    assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n" and not (tmp_path / "learning_curve.png.tmp").exists()
+
+
+def test_sweep_plot_names_every_point_on_shared_axes(figures):
+    curves = [records.carried_returns(sparse_metrics()), None]
+    steps = sparse_metrics()["env_steps"][0]
+    records.plot_sweep("unused.png", steps, curves, ["lr=0.001", "lr=0.0003"], "t", 3)
+    (ax,) = figures[0].axes
+    assert legend_texts(ax) == ["lr=0.001: mean over 3 seeds", "lr=0.0003: no episode ended"]
+    low, high = records.shared_ylim([c for c in curves if c is not None])
+    assert low < 10.0 and high > 390.0
+
+
+def test_final_return_falls_back_to_the_last_finished_episode():
+    metrics = sparse_metrics(num_seeds=2, iterations=40, every=30)  # episodes end at rows 1, 31 and 2, 32
+    metrics["episode_return"][1, 32] = NAN
+    metrics["episodes"][1, 32] = 0
+    final, fallback = records.final_returns(metrics, with_fallback=True)
+    np.testing.assert_array_equal(fallback, [True, True])  # the last 4 rows hold no episode
+    np.testing.assert_array_equal(final, [310.0, 20.0])
+
+
+def test_metrics_csv_writes_counts_as_integers(tmp_path):
+    metrics = {"env_steps": np.array([[512.0]]), "episodes": np.array([[21.0]], np.float32),
+               "episode_return": np.array([[20.5]])}
+    records.MetricsCsv(str(tmp_path / "metrics.csv"), list(metrics), [0]).append(0, metrics)
+    rows = list(csv.reader(open(tmp_path / "metrics.csv")))
+    assert rows == [["seed", "iteration", "env_steps", "episodes", "episode_return"], ["0", "0", "512", "21", "20.5"]]
