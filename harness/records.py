@@ -221,8 +221,9 @@ class MetricsCsv:
 
 
 def describe_returns(returns):
+    """Of each agent's latest finished episodes (the progress lines carry them forward)."""
     if np.all(np.isnan(returns)):
-        return "no episode ended"
+        return "no episode ended yet"
     return (f"return mean {np.nanmean(returns):8.2f}  min {np.nanmin(returns):8.2f}  "
             f"max {np.nanmax(returns):8.2f}")
 
@@ -266,6 +267,8 @@ class Progress:
         self.wandb_runs = wandb_runs  # one per sweep point, or none
         self.start = time.perf_counter()
         self.start_steps = 0  # env steps per agent already done when `start` was taken (a resumed run)
+        # Per agent, the return of its latest finished episodes: a line where none ended still shows where it is.
+        self.latest = np.full(len(self.agents), np.nan)
 
     def show(self, start, count, rows):
         """`rows`: the metrics of iterations start .. start + count - 1 (and unused rows after), as arrays over all
@@ -276,8 +279,16 @@ class Progress:
         local = {k: np.concatenate([np.asarray(shard.data) for shard in
                                     sorted(v.addressable_shards, key=lambda shard: shard.index[0].start or 0)])
                  for k, v in rows.items()}  # rows of this process's agents, in ascending order
+        returns = local["episode_return"][:, :count].astype(float)
+        done = 0
         for i in due:
-            self._emit(start + i, self.agents, {k: v[:, i].astype(float) for k, v in local.items()})
+            for u in range(done, i + 1):
+                self.latest = np.where(np.isnan(returns[:, u]), self.latest, returns[:, u])
+            done = i + 1
+            metrics = {k: v[:, i].astype(float) for k, v in local.items()}
+            self._emit(start + i, self.agents, {**metrics, "episode_return": self.latest.copy()})
+        for u in range(done, count):
+            self.latest = np.where(np.isnan(returns[:, u]), self.latest, returns[:, u])
 
     def _emit(self, iteration, agents, metrics):
         returns = metrics["episode_return"]
