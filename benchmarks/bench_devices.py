@@ -39,7 +39,7 @@ RESULTS = os.path.join(ROOT, "benchmarks", "results")
 STRESS = [
     ("ppo.py", ["--num-seeds", "4", "--total-timesteps", "20480"]),
     ("dqn_tabular_q.py", ["--agent", "dqn", "--num-seeds", "4", "--total-timesteps", "20000"]),
-    ("dqn_tabular_q.py", ["--agent", "pqn", "--num-seeds", "4", "--total-timesteps", "20480"]),
+    ("pqn.py", ["--num-seeds", "4", "--total-timesteps", "20480"]),
     ("reinforce.py", ["--num-seeds", "4", "--total-timesteps", "20480"]),
     ("td3.py", ["--num-seeds", "4", "--total-timesteps", "3000", "--learning-starts", "1000"]),
     ("dqn_tabular_q.py", ["--agent", "tabular", "--env", "GridWorld-v0", "--num-seeds", "4"]),

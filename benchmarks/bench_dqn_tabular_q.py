@@ -26,6 +26,7 @@ import numpy as np  # noqa: E402
 
 import dqn_tabular_q as dq  # noqa: E402
 import harness  # noqa: E402
+import pqn  # noqa: E402
 
 # (label, config overrides); total_timesteps is per agent
 CASES = {
@@ -51,11 +52,13 @@ TARGET_RETURN, WINDOW = 475.0, 20_000
 
 
 def compile_case(overrides):
-    """-> (config, keys, compiled train of its agents, compile seconds)."""
-    config, _ = harness.check(dq.ALGORITHM, dataclasses.replace(dq.Config(), **overrides))
+    """-> (config, keys, compiled train of its agents, compile seconds); `agent="pqn"` is pqn.py's."""
+    script = pqn if overrides.get("agent") == "pqn" else dq
+    overrides = {k: v for k, v in overrides.items() if not (script is pqn and k == "agent")}
+    config, _ = harness.check(script.ALGORITHM, dataclasses.replace(script.Config(), **overrides))
     keys = harness.scale.seed_keys(config)
     t0 = time.perf_counter()
-    compiled = jax.jit(jax.vmap(dq.make_train(config))).lower(keys).compile()
+    compiled = jax.jit(jax.vmap(script.make_train(config))).lower(keys).compile()
     return config, keys, compiled, time.perf_counter() - t0
 
 

@@ -21,7 +21,9 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import tyro  # noqa: E402
 
-import harness  # noqa: E402, F401  (its XLA_FLAGS, before the backend)
+import harness  # noqa: E402
+
+harness.prepare_jax("bench_interleaved")  # the scripts' XLA_FLAGS (the scheduler guard), before the backend
 
 
 @dataclass(frozen=True)

@@ -61,13 +61,13 @@ def time_rows(args: Args, num_devices: int):
         batch = ppo.Config.num_envs * ppo.Config.num_steps
         per_agent = max(1, args.steps_per_row // (num_seeds * batch)) * batch
         config = ppo.Config(env=args.env, num_seeds=num_seeds, total_timesteps=per_agent)
-        keys, hparams, _ = agent_layout(ppo.ALGORITHM, config, [{}])
+        keys, swept, _ = agent_layout(config, [{}])
         init, run = ppo.make_train_parts(config)
         run = over_agents(run, mesh, (0, 0, None))
         agent_ids = to_agents(np.arange(num_seeds, dtype=np.int32), sharding)
         updates = jnp.arange(ppo.num_iterations(config))
         start = time.perf_counter()
-        runner = init_agents(init, sharding, keys, hparams)
+        runner = init_agents(lambda key, swept, init=init: init(key), sharding, keys, swept)
         compiled = run.lower(agent_ids, runner, updates).compile()
         compile_s = time.perf_counter() - start
         times = []

@@ -44,7 +44,8 @@ sys.path.insert(0, ROOT)
 from harness import aggregate  # noqa: E402
 
 # The name each script writes into config.json's "algo", by the suite's algorithm label.
-SCRIPT_ALGO = {"ppo": "ppo", "dqn": "dqn", "pqn": "pqn", "vpg": "reinforce", "td3": "td3", "tabular_q": "tabular_q"}
+SCRIPT_ALGO = {"ppo": "ppo", "dqn": "dqn_tabular_q", "pqn": "pqn", "vpg": "reinforce", "td3": "td3",
+               "tabular_q": "dqn_tabular_q"}
 MACHINE_FILE = "learning_suite.json"  # what the runner adds to a finished run directory: machine and wall time
 CURVE_POINTS = 100  # learning curves are binned to at most this many points
 CURVE_REPS = aggregate.PROFILE_REPS  # bootstrap replications per curve band (2,000, as rliable's profiles)
@@ -139,10 +140,10 @@ PPO_MINATAR = ("--num-envs", "64", "--num-steps", "128", "--num-minibatches", "8
 # no lr decay). Its network is a small conv net; dqn_tabular_q.py's is an MLP on the flattened frame.
 DQN_MINATAR = ("--agent", "dqn", "--num-envs", "1", "--train-frequency", "1", "--batch-size", "32", "--buffer-size",
                "100000", "--target-network-frequency", "1000", "--learning-starts", "5000", "--start-e", "1",
-               "--end-e", "0.1", "--exploration-fraction", "0.02", "--loss", "huber", "--anneal-lr", "False")
+               "--end-e", "0.1", "--exploration-fraction", "0.02", "--loss", "huber")
 # PQN on MinAtar: purejaxql's config (purejaxql/config/alg/pqn_minatar.yaml: 128 envs x 32 steps, 32 minibatches,
 # 2 epochs, lr 5e-4, lambda 0.65, epsilon 1 to 0.05 over 10%).
-PQN_MINATAR = ("--agent", "pqn", "--num-envs", "128", "--num-steps", "32", "--num-minibatches", "32",
+PQN_MINATAR = ("--num-envs", "128", "--num-steps", "32", "--num-minibatches", "32",
                "--update-epochs", "2", "--learning-rate", "5e-4", "--q-lambda", "0.65", "--exploration-fraction", "0.1")
 # td3.py on Brax HalfCheetah: the paper's setting (README: one env, one update per step, 10k random steps).
 TD3_PAPER = ("--num-envs", "1", "--updates-per-step", "1", "--learning-starts", "10000", "--log-every", "5000")
@@ -187,11 +188,11 @@ SUITES = {
         # The MinAtar paper's DQN: 5M frames (examples/dqn.py NUM_FRAMES; MinAtar skips no frames: 5M env steps).
         *(entry(f"dqn-{game}-MinAtar", "dqn", "dqn_tabular_q.py", f"{game}-MinAtar", 5_000_000, 10, DQN_MINATAR,
                 MINATAR_NONE) for game in ("Breakout", "SpaceInvaders")),
-        *(entry(f"pqn-{env}", "pqn", "dqn_tabular_q.py", env, 500_000, 10, ("--agent", "pqn"), reference)
+        *(entry(f"pqn-{env}", "pqn", "pqn.py", env, 500_000, 10, (), reference)
           for env, reference in (("CartPole-v1", PQN_CARTPOLE), ("Acrobot-v1", PQN_ACROBOT),
                                  ("MountainCar-v0", PQN_MOUNTAINCAR))),
         # purejaxql PQN on MinAtar: 10M (pqn_minatar.yaml TOTAL_TIMESTEPS).
-        *(entry(f"pqn-{game}-MinAtar", "pqn", "dqn_tabular_q.py", f"{game}-MinAtar", 10_000_000, 10, PQN_MINATAR,
+        *(entry(f"pqn-{game}-MinAtar", "pqn", "pqn.py", f"{game}-MinAtar", 10_000_000, 10, PQN_MINATAR,
                 MINATAR_NONE) for game in ("Breakout", "SpaceInvaders")),
         # VPG: SpinningUp benchmarks only MuJoCo; no published classic-control budget, so CleanRL's 500k there and
         # gymnax-blines' 1M on Pendulum (README's Pendulum flags).

@@ -1,5 +1,5 @@
 """dqn_tabular_q.py: the random tie-break, the replay buffer, reproducibility per seed, config checks, the CLI
-and its outputs, and (slow) learning on GridWorld-v0 and CartPole-v1."""
+and its outputs, and (slow) learning on GridWorld-v0, CartPole-v1 and Acrobot-v1."""
 
 import csv
 import dataclasses
@@ -14,34 +14,6 @@ from hypothesis import strategies as st
 import dqn_tabular_q as dq
 import harness
 from tests.conftest import read_run
-
-
-def action_frequencies(q_row, epsilon, num=40_000, seed=0):
-    bits = jax.random.bits(jax.random.PRNGKey(seed), (num,), jnp.uint32)
-    q = jnp.broadcast_to(jnp.asarray(q_row, jnp.float32), (num, len(q_row)))
-    actions = dq.epsilon_greedy_with_random_ties(q, bits, jnp.float32(epsilon))
-    return np.bincount(np.asarray(actions), minlength=len(q_row)) / num
-
-
-@pytest.mark.parametrize(
-    "q_row, expected",
-    [
-        ([0.0, 0.0, 0.0, 0.0], [1 / 4] * 4),  # a zero-initialised table: uniform, not always action 0
-        ([1.0, 1.0, 0.0, 1.0], [1 / 3, 1 / 3, 0.0, 1 / 3]),
-        ([0.0, 0.5, 0.0, 0.5], [0.0, 1 / 2, 0.0, 1 / 2]),
-        ([0.0, 0.0, 2.0, 0.0], [0.0, 0.0, 1.0, 0.0]),
-    ],
-)
-def test_greedy_ties_are_broken_uniformly(q_row, expected):
-    freq = action_frequencies(q_row, epsilon=0.0)
-    # 40k draws: the standard error of a frequency is <= 0.0025, so 0.01 is four of them.
-    np.testing.assert_allclose(freq, expected, atol=0.01)
-
-
-def test_epsilon_explores_uniformly_over_all_actions():
-    np.testing.assert_allclose(action_frequencies([0.0, 0.0, 3.0, 0.0], epsilon=1.0), [1 / 4] * 4, atol=0.01)
-    freq = action_frequencies([0.0, 0.0, 3.0, 0.0], epsilon=0.1)
-    np.testing.assert_allclose(freq, [0.025, 0.025, 0.925, 0.025], atol=0.006)
 
 
 # Few distinct shapes: every new (capacity, batch) pair compiles the buffer's ops again.
@@ -126,13 +98,7 @@ def test_auto_picks_the_table_for_finite_state_envs_and_dqn_otherwise():
         (dict(env="CartPole-v1", total_timesteps=10_000), "--learning-starts 10000 leaves no steps to learn"),
         (dict(total_timesteps=10), "--total-timesteps 10 is smaller than one update"),
         (dict(hidden_sizes=(64, 0)), "--hidden-sizes must be positive integers"),
-        (dict(sweep=("tau=0.5,1",)), "--sweep tau: tabular_q does not use it; sweepable for tabular_q: "),
-        (dict(env="CartPole-v1", sweep=("q_lambda=0.5,1",)), "--sweep q_lambda: dqn does not use it"),
-        (dict(env="CartPole-v1", agent="pqn", sweep=("tau=0.5,1",)), "--sweep tau: pqn does not use it"),
-        (dict(env="CartPole-v1", agent="pqn", num_minibatches=3), "--num-minibatches 3 must divide the rollout"),
-        (dict(env="CartPole-v1", agent="pqn", q_lambda=1.5), "--q-lambda must lie in [0, 1]"),
-        (dict(env="CartPole-v1", agent="pqn", update_epochs=0), "--update-epochs must be a positive integer"),
-        (dict(env="CartPole-v1", agent="pqn", max_grad_norm=0.0), "--max-grad-norm must be positive"),
+        (dict(sweep=("tau=0.5,1",)), "--sweep tau: the value of config.tau changes nothing"),  # tabular: no target
     ],
 )
 def test_bad_config_names_the_flag(overrides, message):
@@ -146,7 +112,7 @@ def test_tabular_gridworld_writes_run(tmp_path):
     run_dir, summary = read_run(tmp_path / "runs")
     for name in ("config.json", "metrics.csv", "learning_curve.png", "q_values.png", "summary.json"):
         assert (run_dir / name).is_file(), name
-    assert summary["algo"] == "tabular_q" and summary["seeds"] == [0, 1, 2]
+    assert summary["algo"] == "dqn_tabular_q" and summary["seeds"] == [0, 1, 2]
     assert summary["env_steps"] == 20_000
     assert summary["sps"] == pytest.approx(20_000 * 3 / summary["train_s"])
     assert len(summary["final_return"]) == len(summary["eval_return"]) == len(summary["greedy_path_length"]) == 3
@@ -164,7 +130,7 @@ def test_cli_dqn_options_run(run_script, tmp_path):
     )
     assert result.returncode == 0, result.stderr
     run_dir, summary = read_run(tmp_path / "runs")
-    assert summary["algo"] == "dqn" and summary["env_steps"] == 3000 and "greedy_path_length" not in summary
+    assert summary["algo"] == "dqn_tabular_q" and summary["env_steps"] == 3000 and "greedy_path_length" not in summary
     assert all(r is not None and r > 0 for r in summary["eval_return"])
     rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
     losses = [float(r["loss/td"]) for r in rows]
@@ -197,70 +163,3 @@ def test_dqn_learns_acrobot(run_script, tmp_path):
     assert result.returncode == 0, result.stderr
     _, summary = read_run(tmp_path / "runs")
     assert np.mean(summary["eval_return"]) >= -100, summary["eval_return"]
-
-
-# PQN
-
-
-def q_lambda_reference(reward, terminated, done, next_value, gamma, lam):
-    """Q(lambda) returns the long way, per env and step: the lambda-weighted mixture of the n-step returns
-    G^(n) = r_t + ... + gamma^(n-1) r_(t+n-1) + gamma^n (1 - terminated) max_a Q(s_(t+n)), for n up to the end of
-    the episode or of the rollout, whichever comes first; the longest takes the remaining weight lambda^(N-1)."""
-    steps, num_envs = len(reward), len(reward[0])
-    targets = [[0.0] * num_envs for _ in range(steps)]
-    for e in range(num_envs):
-        for t in range(steps):
-            last = t
-            while last < steps - 1 and not done[last][e]:
-                last += 1
-            longest = last - t + 1
-            for n in range(1, longest + 1):
-                g = sum(gamma**k * reward[t + k][e] for k in range(n))
-                g += gamma**n * (1.0 - terminated[t + n - 1][e]) * next_value[t + n - 1][e]
-                weight = lam**(n - 1) if n == longest else (1 - lam) * lam**(n - 1)
-                targets[t][e] += weight * g
-    return targets
-
-
-@settings(max_examples=60, deadline=None)
-@given(data=st.data(), steps=st.integers(1, 7), num_envs=st.integers(1, 3), gamma=st.floats(0.0, 1.0),
-       lam=st.floats(0.0, 1.0))
-def test_q_lambda_targets_match_the_mixture_of_n_step_returns(data, steps, num_envs, gamma, lam):
-    values = st.floats(-5.0, 5.0, width=32)
-    reward = data.draw(st.lists(st.lists(values, min_size=num_envs, max_size=num_envs), min_size=steps,
-                                max_size=steps))
-    next_value = data.draw(st.lists(st.lists(values, min_size=num_envs, max_size=num_envs), min_size=steps,
-                                    max_size=steps))
-    # Each step of each env: the episode goes on, terminates, or is truncated (ends, and bootstraps).
-    ends = data.draw(st.lists(st.lists(st.sampled_from(["on", "terminated", "truncated"]), min_size=num_envs,
-                                       max_size=num_envs), min_size=steps, max_size=steps))
-    terminated = [[float(x == "terminated") for x in row] for row in ends]
-    done = [[float(x != "on") for x in row] for row in ends]
-    expected = q_lambda_reference(reward, terminated, done, next_value, gamma, lam)
-    got = dq.q_lambda_targets(*(jnp.asarray(x, jnp.float32) for x in (reward, terminated, done, next_value)),
-                              jnp.float32(gamma), jnp.float32(lam))
-    np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-5, atol=1e-4)
-
-
-def test_cli_pqn_options_run(run_script, tmp_path):
-    result = run_script(
-        "dqn_tabular_q.py", "--env", "CartPole-v1", "--agent", "pqn", "--num-seeds", "2", "--total-timesteps",
-        "2048", "--num-envs", "8", "--num-steps", "32", "--num-minibatches", "4", "--update-epochs", "2",
-        "--q-lambda", "0.9", "--loss", "huber", "--anneal-lr", "False", "--hidden-sizes", "32", "32", timeout=300,
-    )
-    assert result.returncode == 0, result.stderr
-    run_dir, summary = read_run(tmp_path / "runs")
-    assert summary["algo"] == "pqn" and summary["env_steps"] == 2048 and len(summary["eval_return"]) == 2
-    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
-    assert len(rows) == 2 * 8 and all(np.isfinite(float(r["loss/td"])) for r in rows)
-    assert float(rows[0]["epsilon"]) == 1.0 and float(rows[-1]["epsilon"]) == pytest.approx(0.05)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("env, threshold", [("CartPole-v1", 475.0), ("Acrobot-v1", -100.0)])
-def test_pqn_learns(run_script, tmp_path, env, threshold):
-    """CleanRL's PQN reports 495 +- 7 on CartPole-v1 in 500k steps; Acrobot-v1 counts as solved near -100."""
-    result = run_script("dqn_tabular_q.py", "--env", env, "--agent", "pqn", "--num-seeds", "4", timeout=600)
-    assert result.returncode == 0, result.stderr
-    _, summary = read_run(tmp_path / "runs")
-    assert np.mean(summary["eval_return"]) >= threshold, summary["eval_return"]

@@ -1,6 +1,7 @@
 """harness.fast: CPU-fast equivalents of JAX primitives, against what they replace."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -20,3 +21,34 @@ def test_permutation_is_uniform():
     codes, counts = np.unique(orders @ np.array([64, 16, 4, 1]), return_counts=True)
     assert len(codes) == 24
     assert np.abs(counts - 1000).max() < 5 * np.sqrt(1000 * (1 - 1 / 24)), counts
+
+
+# harness.fast.epsilon_greedy: one uint32 per step decides exploration and breaks ties
+
+
+def action_frequencies(q_row, epsilon, num=40_000, seed=0):
+    bits = jax.random.bits(jax.random.PRNGKey(seed), (num,), jnp.uint32)
+    q = jnp.broadcast_to(jnp.asarray(q_row, jnp.float32), (num, len(q_row)))
+    actions = fast.epsilon_greedy(q, bits, jnp.float32(epsilon))
+    return np.bincount(np.asarray(actions), minlength=len(q_row)) / num
+
+
+@pytest.mark.parametrize(
+    "q_row, expected",
+    [
+        ([0.0, 0.0, 0.0, 0.0], [1 / 4] * 4),  # a zero-initialised table: uniform, not always action 0
+        ([1.0, 1.0, 0.0, 1.0], [1 / 3, 1 / 3, 0.0, 1 / 3]),
+        ([0.0, 0.5, 0.0, 0.5], [0.0, 1 / 2, 0.0, 1 / 2]),
+        ([0.0, 0.0, 2.0, 0.0], [0.0, 0.0, 1.0, 0.0]),
+    ],
+)
+def test_greedy_ties_are_broken_uniformly(q_row, expected):
+    freq = action_frequencies(q_row, epsilon=0.0)
+    # 40k draws: the standard error of a frequency is <= 0.0025, so 0.01 is four of them.
+    np.testing.assert_allclose(freq, expected, atol=0.01)
+
+
+def test_epsilon_explores_uniformly_over_all_actions():
+    np.testing.assert_allclose(action_frequencies([0.0, 0.0, 3.0, 0.0], epsilon=1.0), [1 / 4] * 4, atol=0.01)
+    freq = action_frequencies([0.0, 0.0, 3.0, 0.0], epsilon=0.1)
+    np.testing.assert_allclose(freq, [0.025, 0.025, 0.925, 0.025], atol=0.006)

@@ -26,7 +26,7 @@ import harness
 from harness.run import default_chunks
 from harness.scale import seed_keys
 
-SCRIPTS = ("ppo", "reinforce", "td3", "dqn_tabular_q")
+SCRIPTS = ("ppo", "reinforce", "td3", "dqn_tabular_q", "pqn")
 
 # Values a hostile or careless user types: non-finite, negative, zero, tiny, huge, and some ordinary ones.
 FLOATS = st.one_of(st.sampled_from([math.nan, math.inf, -math.inf, 0.0, -0.0, -1.0, 1e-300, 1e300, 0.5, 1.0, 2.0]),
@@ -150,8 +150,8 @@ def test_the_compiled_program_does_not_grow_with_the_agents(script):
 
 
 def test_default_chunks_are_about_30_s_of_work_and_one_scan_length():
-    import dqn_tabular_q
     import ppo
+    import pqn
 
     # The main job: 30 seeds x 500k steps of CartPole is 15M env steps, at ~3M per chunk 5 chunks, and the next
     # count that divides its 976 iterations is 8; one seed takes one chunk.
@@ -159,12 +159,11 @@ def test_default_chunks_are_about_30_s_of_work_and_one_scan_length():
     assert config.num_chunks == 8 and 976 % 8 == 0
     assert harness.check(ppo.ALGORITHM, ppo.Config())[0].num_chunks == 1
     assert harness.check(ppo.ALGORITHM, ppo.Config(num_chunks=3))[0].num_chunks == 3  # a given count is kept
-    # A sweep's points count as agents; each learner of dqn_tabular_q has its own speed.
+    # A sweep's points count as agents; each script (and each learner of dqn_tabular_q) has its own speed.
     swept, _ = harness.check(ppo.ALGORITHM, ppo.Config(num_seeds=15, sweep=("lr=1e-3,3e-4",)))
     assert swept.num_chunks == 8
-    pqn, _ = harness.check(dqn_tabular_q.ALGORITHM, dqn_tabular_q.Config(env="CartPole-v1", agent="pqn",
-                                                                          num_seeds=30))
-    assert pqn.num_chunks == 4 and dqn_tabular_q.num_iterations(pqn) == 244  # 15M / 4.5M: 4, which divides 244
+    pqn_config, _ = harness.check(pqn.ALGORITHM, pqn.Config(num_seeds=30))
+    assert pqn_config.num_chunks == 4 and pqn.num_iterations(pqn_config) == 244  # 15M / 4.5M: 4, which divides 244
     assert [default_chunks(97, 5), default_chunks(100, 3), default_chunks(10, 50), default_chunks(7, 0.2)] == \
         [5, 4, 10, 1]  # 97 is prime: 5 uneven chunks (two scan lengths)
 

@@ -64,7 +64,7 @@ def fabricated(tmp_path):
                        reference=learning.Reference(490.04, "490.04 ± 6.12", "CleanRL docs")),
         learning.entry("ppo-breakout", "ppo", "ppo.py", "Breakout-MinAtar", 1000, 4),
         learning.entry("dqn-breakout", "dqn", "dqn_tabular_q.py", "Breakout-MinAtar", 1000, 4, ("--agent", "dqn")),
-        learning.entry("pqn-cart", "pqn", "dqn_tabular_q.py", "CartPole-v1", 1000, 4, ("--agent", "pqn")),
+        learning.entry("pqn-cart", "pqn", "pqn.py", "CartPole-v1", 1000, 4, ()),
     )
     fake_run(out_dir, entries[0], [100.0, 200.0, None, 300.0, 400.0], [90.0, 190.0, 280.0, 300.0, 500.0],
              curve_rows(5))
@@ -148,7 +148,7 @@ def test_suite_entries_are_runnable_as_written(suite):
         config = tyro.cli(module.Config, args=["--env", e.env, "--total-timesteps", str(e.total_timesteps),
                                                "--num-seeds", str(e.num_seeds), *e.flags])
         resolved, _ = harness.check(module.ALGORITHM, config)
-        assert module.ALGORITHM.name_of(resolved) == learning.SCRIPT_ALGO[e.algo], e.name
+        assert module.ALGORITHM.name == learning.SCRIPT_ALGO[e.algo], e.name
         assert e.env in learning.SCORE_RANGES and e.low is not None, e.name
         assert e.high is None or e.high > e.low, e.name
         assert e.reference.value is None or e.reference.source, e.name

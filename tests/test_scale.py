@@ -22,12 +22,12 @@ from conftest import ROOT
 from test_harness import CASES, cli_flags, exit_code_and_error, read_csv, tiny_config
 
 import harness
-from harness.scale import agent_layout, choose_devices, point_label, sweep_points
+from harness.scale import agent_layout, agent_parts, choose_devices, point_label, sweep_points
 
-# Per case: a sweepable field and two of its values, and a field that changes array shapes.
+# Per case: a sweepable field and two of its values, and a field that sets array shapes or a loop length.
 SWEEPS = {
     "ppo": ("learning_rate", (2.5e-4, 1e-3), "num_envs"),
-    "reinforce": ("pi_lr", (3e-4, 1e-3), "num_envs"),
+    "reinforce": ("pi_lr", (3e-4, 1e-3), "num_steps"),
     "td3": ("tau", (0.005, 0.05), "batch_size"),
     "tabular_q": ("learning_rate", (0.1, 0.5), "num_envs"),
     "dqn": ("learning_rate", (2.5e-4, 1e-3), "batch_size"),
@@ -129,17 +129,21 @@ def test_two_processes_on_localhost_write_one_run_with_all_seeds(one_device_run,
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_swept_values_train_as_the_config_would(case, tmp_path):
-    """The algorithm reads a swept field from its hparams: the agent of a 2-point sweep (one program) at the value
-    that is not the config's trains as a run with that value in its config, to float rounding (an array in one, a
-    constant in the other). An algorithm that read the config instead would train it with the default."""
+    """Each agent of a sweep reads its own value as config.<field>: the agent of a 2-point sweep (one program) at the
+    value that is not the config's trains as a run with that value in its config, to float rounding (an array in
+    one, a constant in the other)."""
     field, values, _ = SWEEPS[case]
     module, config = tiny_config(case, tmp_path, num_seeds=1, sweep=(f"{field}={values[0]},{values[1]}",))
     assert getattr(config, field) == values[0] != values[1]
-    algorithm = module.ALGORITHM
-    keys, hparams, _ = agent_layout(algorithm, config, sweep_points(algorithm, config))
+    keys, swept_values, _ = agent_layout(config, sweep_points(module.ALGORITHM, config))
     iterations = jnp.arange(module.num_iterations(config))
-    init, run = module.make_train_parts(config)
-    _, swept = jax.jit(jax.vmap(lambda key, hp: run(key, init(key, hp), iterations)))(keys, hparams)
+    parts = agent_parts(module.ALGORITHM, config)
+
+    def train(key, values):
+        _, init, run = parts(values)
+        return run(key, init(key), iterations)
+
+    _, swept = jax.jit(jax.vmap(train))(keys, swept_values)
     alone_config = dataclasses.replace(config, sweep=(), **{field: values[1]})
     _, alone = jax.jit(module.make_train(alone_config))(keys[1])
     for key in alone:
@@ -171,27 +175,34 @@ def test_sweep_writes_each_point_as_its_own_run_and_ranks_them(one_device_run, t
     summary = json.loads((run_dir / "summary.json").read_text())
     ranking = summary["ranking"]
     assert sorted(e["values"][field] for e in ranking) == sorted(values)
-    means = [e["final_return_mean"] for e in ranking]
+    assert summary["ranked_by"].startswith("eval")
+    means = [e["eval_return_mean"] for e in ranking]
     assert [e["rank"] for e in ranking] == [1, 2] and means == sorted(means, reverse=True)
 
 
 @pytest.mark.slow
-def test_sweep_on_two_devices_equals_separate_runs_bit_for_bit(one_device_run, run_script, tmp_path):
-    """With one sweep point per device, each device runs the one-device program of that point's agents."""
+def test_sweep_on_two_devices_equals_one_point_sweeps_bit_for_bit(run_script, tmp_path):
+    """With one sweep point per device, each device runs the one-device program of that point's agents: a
+    one-value sweep of that point (its value an input, as in the sweep, not a constant)."""
     field, values, _ = SWEEPS["ppo"]
     result = run_script("ppo.py", *tiny_flags("ppo", num_seeds=2, run_name="sweep"),
                         "--sweep", f"{field}={values[0]},{values[1]}", env_overrides=TWO_DEVICES)
     assert result.returncode == 0, result.stderr[-3000:]
     for value, point_dir in zip(values, point_dirs(tmp_path / "runs" / "sweep", field, values), strict=True):
-        expected = one_device_run("ppo", 0, **{field: value}) / "metrics.csv"
-        assert read_csv(point_dir / "metrics.csv") == read_csv(expected)
+        alone = run_script("ppo.py", *tiny_flags("ppo", num_seeds=2, run_name=f"alone{value}", num_devices=1),
+                           "--sweep", f"{field}={value}", env_overrides=TWO_DEVICES)
+        assert alone.returncode == 0, alone.stderr[-3000:]
+        assert read_csv(point_dir / "metrics.csv") == read_csv(tmp_path / "runs" / f"alone{value}" / "metrics.csv")
 
 
 def test_bad_sweep_specs_exit_2_with_one_line(capsys, tmp_path):
     field, _, shape_field = SWEEPS["ppo"]
     bad = {
         "no_such_field=1,2": "no field 'no_such_field'",
-        f"{shape_field}=1,2": "changes array shapes",
+        f"{shape_field}=1,2": "needs one value of --num-envs for the whole compiled program",
+        "anneal_lr=0,1": "only the script's own numeric fields",
+        "total_timesteps=1024,2048": "only the script's own numeric fields",
+        "update_epochs=1.5,2": "takes whole numbers",
         field: "malformed",
         f"{field}=": "malformed",
         f"{field}=a,b": "must be numbers",
@@ -218,15 +229,21 @@ def test_each_algorithm_refuses_sweep_values_it_refuses_alone(case, tmp_path):
         harness.check(module.ALGORITHM, config)
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("gamma=0.9,0.99", "--sweep gamma: the reward normaliser (--normalize) is built with one gamma"),
-])
-def test_ppo_refuses_gamma_sweep_with_normalization(spec, message):
+def test_a_swept_field_that_changes_nothing_computed_is_refused():
+    """reinforce.py --baseline none learns no value function: its vf_lr changes no metric and no policy."""
+    import reinforce
+
+    config = reinforce.Config(baseline="none", total_timesteps=2048, sweep=("vf_lr=1e-3,3e-3",))
+    with pytest.raises(harness.ConfigError, match="--sweep vf_lr: the value of config.vf_lr changes nothing"):
+        harness.check(reinforce.ALGORITHM, config)
+    harness.check(reinforce.ALGORITHM, dataclasses.replace(config, baseline="value"))  # with a baseline it does
+
+
+def test_a_gamma_sweep_reaches_the_reward_normaliser():
+    """Swept values travel in the config, so the reward normaliser of each agent gets the agent's gamma."""
     import ppo
 
-    with pytest.raises(harness.ConfigError) as error:
-        harness.check(ppo.ALGORITHM, ppo.Config(env="Pendulum-v1", sweep=(spec,)))
-    assert message in str(error.value)
+    harness.check(ppo.ALGORITHM, ppo.Config(env="Pendulum-v1", total_timesteps=2048, sweep=("gamma=0.9,0.99",)))
 
 
 def test_devices_that_do_not_divide_the_agents_exit_2(capsys, tmp_path):
@@ -243,7 +260,7 @@ def test_default_devices_are_one_per_core_and_the_most_that_divide_the_agents(ca
     import ppo
 
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    code = "import harness, jax; print(len(jax.devices()), harness.available_cores())"
+    code = "import ppo, jax, harness; print(len(jax.devices()), harness.available_cores())"
     seen = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     count, cores = map(int, seen.stdout.split())
     assert count == cores >= 1, seen.stderr
@@ -265,12 +282,14 @@ def test_sweep_grid_order_and_agent_layout():
     points = sweep_points(ppo.ALGORITHM, config)
     assert points == [{"learning_rate": 1e-3, "ent_coef": 0.0}, {"learning_rate": 1e-3, "ent_coef": 0.01},
                       {"learning_rate": 3e-4, "ent_coef": 0.0}, {"learning_rate": 3e-4, "ent_coef": 0.01}]
-    keys, hparams, names = agent_layout(ppo.ALGORITHM, config, points)
+    keys, swept, names = agent_layout(config, points)
     assert len(keys) == 12 and names[4] == "6 at learning_rate=0.001,ent_coef=0.01"
     np.testing.assert_array_equal(keys[4], keys[1])  # every point trains seeds 5, 6, 7
     np.testing.assert_array_equal(keys[:3], np.stack([jax.random.PRNGKey(s) for s in (5, 6, 7)]))
-    np.testing.assert_allclose(hparams["ent_coef"][3:6], 0.01)
-    np.testing.assert_allclose(hparams["gamma"], config.gamma)  # fields not swept keep the config's value
+    np.testing.assert_allclose(swept["ent_coef"][3:6], 0.01)
+    assert set(swept) == {"learning_rate", "ent_coef"} and swept["ent_coef"].dtype == np.float32
+    int_swept = agent_layout(config, [{"num_steps": 64}, {"num_steps": 128}])[1]["num_steps"]
+    assert int_swept.dtype == np.int32 and list(int_swept) == [64] * 3 + [128] * 3
 
 
 def test_cli_refuses_a_sweep_field_given_twice(run_script):
