@@ -167,42 +167,15 @@ def copy_run(finished_runs, case, tmp_path):
     return run_dir
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_resume_equals_uninterrupted(case, finished_runs, tmp_path):
-    """A run cut after its second chunk (the newer checkpoints and the summary lost, metrics.csv holding rows
-    past the checkpoint, as after a crash mid-save) resumes to the same metrics and parameters: the checkpoint
-    holds all of the algorithm's state."""
-    module, config = tiny_config(case, tmp_path)
-    whole = finished_runs[case]
-    run_dir = copy_run(finished_runs, case, tmp_path)
-    steps = checkpoint_steps(run_dir)
-    assert len(steps) == 4
-    for step in steps[2:]:
-        shutil.rmtree(run_dir / "checkpoints" / str(step))
-    (run_dir / "summary.json").unlink()
-    module.main(dataclasses.replace(module.Config(), resume=str(run_dir)))
-    assert read_csv(run_dir / "metrics.csv") == read_csv(whole / "metrics.csv")
-    expected, got = (json.loads((d / "summary.json").read_text()) for d in (whole, run_dir))
-    for key in ("final_return", "eval_return", "env_steps"):
-        assert got[key] == expected[key], key
-    assert got["resumed_after_iteration"] == steps[1] and expected["resumed_after_iteration"] is None
-    (step_a, params_a), (step_b, params_b) = (restore_params(module, config, d) for d in (whole, run_dir))
-    assert step_a == step_b == steps[-1]
-    for a, b in zip(params_a, params_b, strict=True):
-        np.testing.assert_array_equal(a, b)
+# Every case's --resume equals its uninterrupted run, and its --eval reproduces its summary: tests/test_forking.py
+# runs the contract check (harness/contract.py) on each.
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_eval_reproduces_summary(case, finished_runs, capsys):
-    run_dir = finished_runs[case]
-    module = importlib.import_module(CASES[case][0])
-    summary = json.loads((run_dir / "summary.json").read_text())
-    capsys.readouterr()
-    module.main(module.Config(eval=str(run_dir)))
-    lines = capsys.readouterr().out.splitlines()
-    means = [line.split("mean ")[1].split()[0] for line in lines if line.startswith("seed ")]
-    assert means == [f"{r:.2f}" for r in summary["eval_return"]]
-    module.main(module.Config(eval=str(run_dir), seed_index=1, eval_episodes=1))
+def test_eval_of_one_agent_prints_its_line(finished_runs, capsys):
+    import ppo
+
+    summary = json.loads((finished_runs["ppo"] / "summary.json").read_text())
+    ppo.main(ppo.Config(eval=str(finished_runs["ppo"]), seed_index=1, eval_episodes=1))
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("seed ")]
     assert len(lines) == 1 and lines[0].startswith(f"seed {summary['seeds'][1]} (index 1)")
 

@@ -1,0 +1,298 @@
+"""The harness's contract, checked on any script, a fork included: `python -m harness.contract my_fork.py [flags]`.
+
+A tiny run of the script (2 seeds, 4 iterations in 4 chunks, unless the flags say otherwise) in a temporary
+directory, then:
+- `make_train(Config(...))` trains one agent, as the README uses it;
+- the run names itself after the script's file (a copy of ppo.py saved as ppo_kl.py writes `ppo_kl` runs), and
+  `--eval` of another script's run exits 2 naming both;
+- `--resume` of the run cut after its second chunk gives the uninterrupted run's metrics.csv, summary and
+  parameters, bit for bit (the checkpoint holds all of the algorithm's state);
+- `--eval` reproduces the summary's eval returns (the policy the harness evaluates is the one trained);
+- every numeric field of the script's own either sets the compiled program's shape (one value per run), or is
+  read and changes the metrics when swept (one program with a point per field, each against the base point), or
+  is read nowhere with this config (e.g. another learner's field): what --sweep would refuse.
+Prints one line per check and exits 0 when all pass, 1 otherwise (2 for flags the script refuses).
+
+Flags after the script are the script's own (`--env Acrobot-v1 --learning-starts 500`): pass what a tiny run
+needs where the defaults do not fit in 4 iterations.
+"""
+
+import contextlib
+import dataclasses
+import importlib.util
+import io
+import json
+import os
+import shutil
+import sys
+import tempfile
+import traceback
+
+import numpy as np
+
+
+class ContractFailure(Exception):
+    """A check that did not hold: its message says what differed."""
+
+
+def load_script(path):
+    """The script at `path` as a module named after its file, as `python path` would run it (but not as __main__)."""
+    path = os.path.abspath(path)
+    if not os.path.isfile(path) or not path.endswith(".py"):
+        raise SystemExit(f"error: {path} is not a Python script")
+    sys.path.insert(0, os.path.dirname(path))
+    name = os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    if not hasattr(module, "ALGORITHM"):
+        raise SystemExit(f"error: {path} defines no ALGORITHM (a harness.Algorithm); is it a scanrl script?")
+    return module
+
+
+def tiny_config(algorithm, flags, out_dir):
+    """The script's config from `flags`, made tiny where the flags do not say: 2 seeds, 2 eval episodes, about 4
+    iterations in 4 chunks, every checkpoint kept, in `out_dir`."""
+    import tyro
+
+    from harness.flags import given_fields
+
+    config = tyro.cli(algorithm.config, args=list(flags))
+    given = given_fields(algorithm, flags)
+    tiny = {"num_seeds": 2, "eval_episodes": 2, "log_every": 1}
+    tiny = {k: v for k, v in tiny.items() if k not in given and k not in algorithm.result_flags}
+    config = dataclasses.replace(config, **tiny, out_dir=out_dir, run_name="whole", keep_checkpoints=4)
+    if "total_timesteps" not in given:
+        resolved = algorithm.resolve(config)
+        per_iteration = config.total_timesteps // max(1, algorithm.num_iterations(resolved))
+        config = dataclasses.replace(config, total_timesteps=4 * per_iteration)
+    iterations = algorithm.num_iterations(algorithm.resolve(config))
+    return dataclasses.replace(config, num_chunks=min(4, iterations))
+
+
+def quiet(fn, *args):
+    """fn(*args) with its printing captured -> (result, what it printed)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        result = fn(*args)
+    return result, out.getvalue()
+
+
+def run_main(module, config):
+    """The script's `main(config)`; a SystemExit (an error line) is a failure with the line."""
+    try:
+        return quiet(module.main, config)[1]
+    except SystemExit as exit_:
+        raise ContractFailure(f"{module.ALGORITHM.script} exited {exit_.code}") from None
+
+
+def check_make_train(module, config):
+    import jax
+
+    config = module.ALGORITHM.resolve(dataclasses.replace(config, num_chunks=None))
+    _, metrics = jax.jit(module.make_train(config))(jax.random.PRNGKey(config.seed))
+    rows = module.ALGORITHM.num_iterations(config)
+    if np.shape(metrics["env_steps"]) != (rows,):
+        raise ContractFailure(f"make_train's env_steps have shape {np.shape(metrics['env_steps'])}, not ({rows},)")
+    return f"{rows} iterations"
+
+
+def check_name(module, config, whole):
+    from harness.flags import ConfigError, read_run_config
+
+    algorithm = module.ALGORITHM
+    saved = json.loads(open(os.path.join(whole, "config.json")).read())
+    if saved["algo"] != algorithm.name:
+        raise ContractFailure(f"config.json names the algorithm {saved['algo']!r}, the script {algorithm.name!r}")
+    other = os.path.join(os.path.dirname(whole), "other")
+    os.makedirs(other)
+    with open(os.path.join(other, "config.json"), "w") as f:
+        json.dump({**saved, "algo": f"not_{algorithm.name}"}, f)
+    try:
+        read_run_config(algorithm, other, "--eval")
+    except ConfigError as error:
+        if algorithm.name not in str(error) or f"not_{algorithm.name}" not in str(error):
+            raise ContractFailure(f"--eval of another script's run: {error}") from None
+        stem = os.path.splitext(algorithm.script)[0]
+        return f"{algorithm.name!r}" + ("" if algorithm.name == stem else f" (set in the script; its file is {stem})")
+    raise ContractFailure("--eval of another script's run was accepted")
+
+
+def restored_leaves(module, config, run_dir):
+    """Every array of a run's newest checkpoint, and its step."""
+    import jax
+
+    from harness.checkpoints import Checkpoints
+    from harness.scale import agent_layout, agent_parts, sweep_points
+
+    algorithm = module.ALGORITHM
+    keys, swept, _ = agent_layout(config, sweep_points(algorithm, config))
+    parts = agent_parts(algorithm, config)
+    abstract = jax.eval_shape(jax.vmap(lambda key, swept: parts(swept)[1](key)), keys, swept)
+    with Checkpoints(run_dir) as checkpoints:
+        runner, _, step = checkpoints.restore("--eval", algorithm.name, config, abstract, False)
+    return step, [np.asarray(x) for x in jax.tree.leaves(runner)]
+
+
+def check_resume(module, config, whole):
+    cut = os.path.join(os.path.dirname(whole), "cut")
+    shutil.copytree(whole, cut)
+    steps = sorted(int(s) for s in os.listdir(os.path.join(cut, "checkpoints")) if s.isdigit())
+    if len(steps) < 2:
+        raise ContractFailure(f"the run wrote {len(steps)} checkpoint(s); give it at least 2 chunks")
+    for step in steps[len(steps) // 2:]:
+        shutil.rmtree(os.path.join(cut, "checkpoints", str(step)))
+    os.remove(os.path.join(cut, "summary.json"))
+    run_main(module, dataclasses.replace(module.ALGORITHM.config(), resume=cut))
+    for name in ("metrics.csv",):
+        with open(os.path.join(whole, name), "rb") as a, open(os.path.join(cut, name), "rb") as b:
+            if a.read() != b.read():
+                raise ContractFailure(f"{name} of the resumed run differs from the uninterrupted run's")
+    expected, got = (json.loads(open(os.path.join(d, "summary.json")).read()) for d in (whole, cut))
+    for key in ("final_return", "eval_return", "env_steps"):
+        if got[key] != expected[key]:
+            raise ContractFailure(f"summary.json's {key}: {got[key]} resumed, {expected[key]} uninterrupted")
+    resolved = module.ALGORITHM.resolve(config)
+    (step_a, a), (step_b, b) = (restored_leaves(module, resolved, d) for d in (whole, cut))
+    if step_a != step_b or any(not np.array_equal(x, y, equal_nan=True) for x, y in zip(a, b, strict=True)):
+        raise ContractFailure("the resumed run's final parameters differ from the uninterrupted run's")
+    return f"cut after iteration {steps[len(steps) // 2 - 1]} of {steps[-1]}: metrics, summary and state equal"
+
+
+def check_eval(module, config, whole):
+    summary = json.loads(open(os.path.join(whole, "summary.json")).read())
+    printed = run_main(module, dataclasses.replace(module.ALGORITHM.config(), eval=whole))
+    means = [line.split("mean ")[1].split()[0] for line in printed.splitlines() if line.startswith("seed ")]
+    expected = [f"{r:.2f}" for r in summary["eval_return"]]
+    if means != expected:
+        raise ContractFailure(f"--eval's means {means}, summary.json's eval_return {expected}")
+    return f"eval returns {', '.join(expected)}"
+
+
+def other_values(value, ok):
+    """Other values for a field that the algorithm accepts (`ok(v)`), the likeliest to show first: 1.5x and half,
+    or twice and one more for a count."""
+    candidates = [value * 2, value + 1, value // 2] if isinstance(value, int) else \
+        [value * 1.5, value * 0.5, value + 0.1, value - 0.1] if value else [0.1, 0.01, 1.0]
+    return [v for v in dict.fromkeys(candidates) if v != value and ok(v)]
+
+
+def changed_metrics(algorithm, config, values):
+    """The fields of `values` ({field: another value}) whose value, swept alone, changes some metric: one compiled
+    program with a base point and one point per field (one seed each)."""
+    import jax
+
+    from harness.run import plan, run_chunk
+    from harness.scale import init_agents
+
+    names = list(values)
+    base = {k: getattr(config, k) for k in names}
+    points = [base] + [{**base, k: values[k]} for k in names]
+    config = dataclasses.replace(config, sweep=("contract",), num_seeds=1, num_chunks=1)
+    job, _ = quiet(plan, algorithm, config, points)
+    scalar = jax.ShapeDtypeStruct((), np.int32)
+    compiled = job.segment.lower(job.agent_ids, job.abstract_runner, scalar, scalar, job.swept).compile()
+    runner = init_agents(lambda key, swept: job.parts(swept)[1](key), job.sharding, job.keys, job.swept)
+    runner = jax.tree.unflatten(jax.tree.structure(job.abstract_runner), jax.tree.leaves(runner))
+    _, metrics = run_chunk(compiled, job, runner, 0, job.num_iterations, None)
+    keys = [k for k in metrics if k not in ("env_steps", "nonfinite")]
+    return [name for i, name in enumerate(names, start=1)
+            if not all(np.array_equal(metrics[k][0], metrics[k][i], equal_nan=True) for k in keys)]
+
+
+def check_fields(module, config):
+    """Each numeric field: fixed per program, read and changing the metrics, or read nowhere with this config (what
+    --sweep refuses with one line). A field that is read but changes no metric fails: a sweep of it would train
+    alike and nothing would say so."""
+    from harness.flags import ConfigError
+    from harness.scale import check_sweep_points, check_swept, sweepable_fields
+
+    algorithm = module.ALGORITHM
+    config = algorithm.resolve(config)
+    fixed, unread, candidates = [], [], {}
+    for name in sweepable_fields(config):
+        def accepted(v, name=name):
+            try:
+                check_sweep_points(algorithm, dataclasses.replace(config, sweep=("contract",)), [{name: v}])
+                return True
+            except ConfigError:
+                return False
+
+        others = other_values(getattr(config, name), accepted)
+        if not others:
+            fixed.append(f"{name} (no other value accepted)")
+            continue
+        try:
+            check_swept(algorithm, dataclasses.replace(config, sweep=("contract",)), [{name: others[0]}])
+        except ConfigError as error:
+            (fixed if "needs one value" in str(error) else unread).append(name)
+            continue
+        candidates[name] = others
+    changed, left = [], dict(candidates)
+    for attempt in range(2):  # a tiny run may not show a value's effect: a second value for those that showed none
+        values = {k: v[attempt] for k, v in left.items() if len(v) > attempt}
+        if values:
+            shown = changed_metrics(algorithm, config, values)
+            changed += shown
+            left = {k: v for k, v in left.items() if k not in shown}
+    notes = (f"fixed per program: {', '.join(fixed) or '-'}; read nowhere with this config (--sweep refuses them): "
+             f"{', '.join(unread) or '-'}")
+    if left:
+        raise ContractFailure(f"{', '.join(left)} read but changed no metric of the tiny run with two other values "
+                              f"(a sweep of them would train alike, and nothing would say so); {notes}")
+    return f"{len(changed)} change the metrics ({', '.join(changed) or '-'}); {notes}"
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if argv else 2
+    module = load_script(argv[0])
+    algorithm = module.ALGORITHM
+    from harness.flags import ConfigError
+    from harness.run import check
+
+    with tempfile.TemporaryDirectory(prefix="scanrl-contract-") as tmp:
+        try:
+            config = tiny_config(algorithm, argv[1:], tmp)
+            check(algorithm, config)
+        except (ConfigError, SystemExit) as error:
+            message = str(error) if isinstance(error, ConfigError) else "the flags do not parse (see --help)"
+            print(f"error: {algorithm.script}: {message}; pass the script's flags for a tiny run after its path",
+                  file=sys.stderr)
+            return 2
+        whole = os.path.join(tmp, "whole")
+        print(f"contract of {algorithm.script}: {config.num_seeds} seeds x {config.total_timesteps} steps on "
+              f"{config.env} in {config.num_chunks} chunks", flush=True)
+        checks = [
+            ("make_train(Config(...)) trains one agent", lambda: check_make_train(module, config)),
+            ("a run", lambda: (run_main(module, config), "")[1]),
+            ("the run is named after the script", lambda: check_name(module, config, whole)),
+            ("--resume equals the uninterrupted run", lambda: check_resume(module, config, whole)),
+            ("--eval reproduces the summary", lambda: check_eval(module, config, whole)),
+            ("every numeric field is fixed, changes the metrics, or is unused",
+             lambda: check_fields(module, config)),
+        ]
+        failed = 0
+        for title, fn in checks:
+            try:
+                detail = fn()
+                print(f"  ok    {title}{': ' + detail if detail else ''}", flush=True)
+            except ContractFailure as failure:
+                failed += 1
+                print(f"  FAIL  {title}: {failure}", flush=True)
+            except Exception as error:  # a bug of the script (or the harness): the traceback helps
+                failed += 1
+                print(f"  FAIL  {title}: {type(error).__name__}: {error}", flush=True)
+                traceback.print_exc()
+            if failed and title == "a run":
+                print("  (the other checks need the run)")
+                break
+    print(f"{algorithm.script}: {'all checks passed' if not failed else f'{failed} check(s) failed'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

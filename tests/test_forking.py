@@ -1,0 +1,94 @@
+"""Forking is safe: the contract check (harness/contract.py) passes on every script, and on a fork, which names
+itself and whose new fields sweep as the config reads them; the traps of a copied script end in one line."""
+
+import dataclasses
+import importlib
+import json
+
+import pytest
+from conftest import ROOT
+from test_harness import CASES, cli_flags, exit_code_and_error
+
+import harness
+from harness import contract
+
+# Per case: flags of a tiny run where each numeric field shows its effect (the tabular learner with exploration
+# that decays, start-e above end-e, and episodes long enough to find the goal: with constant epsilon a sweep of
+# exploration_fraction would train alike, which the contract reports).
+CONTRACT_FLAGS = {case: cli_flags(tiny) for case, (_, tiny, _) in CASES.items()}
+CONTRACT_FLAGS["tabular_q"] = ["--agent", "tabular", "--start-e", "0.5", "--num-steps", "5000",
+                               "--total-timesteps", "20000"]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_every_script_keeps_the_contract(case, capsys):
+    script = ROOT / f"{CASES[case][0]}.py"
+    code = contract.main([str(script), *CONTRACT_FLAGS[case]])
+    out = capsys.readouterr().out
+    assert code == 0 and "all checks passed" in out, out
+
+
+def write_fork(tmp_path, name, field, use):
+    """A copy of ppo.py saved as `name`.py with a new float field; `use`: the loss reads it (a KL penalty)."""
+    source = (ROOT / "ppo.py").read_text()
+    source = source.replace('''    max_grad_norm: float = 0.5
+    """global gradient-norm clip"""''', f'''    max_grad_norm: float = 0.5
+    """global gradient-norm clip"""
+    {field}: float = 0.0
+    """a fork's new coefficient"""''')
+    if use:
+        source = source.replace("loss = actor_loss + config.vf_coef * critic_loss - config.ent_coef * entropy",
+                                f"loss = actor_loss + config.vf_coef * critic_loss - config.ent_coef * entropy "
+                                f"+ config.{field} * ((ratio - 1.0) - log_ratio).mean()")
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    return path
+
+
+def test_a_forks_new_field_sweeps_as_the_config_reads_it(tmp_path, capsys):
+    """The trap of the issue: a fork reads its new field as config.<field>. Each sweep point trains with its own
+    value, and the contract shows the field changes the metrics."""
+    path = write_fork(tmp_path, "ppo_kl", "kl_coef", use=True)
+    code = contract.main([str(path), *CONTRACT_FLAGS["ppo"]])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "kl_coef" in out.split("change the metrics (")[1].split(")")[0]
+
+
+def test_a_forks_unread_field_cannot_be_swept(tmp_path):
+    path = write_fork(tmp_path, "ppo_unread", "unread_coef", use=False)
+    fork = contract.load_script(path)
+    config = fork.Config(total_timesteps=2048, sweep=("unread_coef=0,1",))
+    with pytest.raises(harness.ConfigError) as error:
+        harness.check(fork.ALGORITHM, config)
+    assert str(error.value).startswith("--sweep unread_coef: the value of config.unread_coef changes nothing "
+                                       "ppo_unread.py computes")
+
+
+def test_a_fork_names_itself_and_ppo_refuses_its_runs(tmp_path, capsys):
+    """A copy of ppo.py is not "ppo": its runs carry its file's name, and ppo.py's --eval and --resume of them
+    exit 2 naming both scripts (before: ppo.py --resume went on training a fork's run as plain PPO)."""
+    import ppo
+
+    fork = contract.load_script(write_fork(tmp_path, "ppo_fork", "fork_coef", use=True))
+    _, tiny, _ = CASES["ppo"]
+    fork.main(fork.Config(**{**tiny, "num_chunks": 2, "out_dir": str(tmp_path / "runs")}))
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert "__ppo_fork__" in run_dir.name
+    assert json.loads((run_dir / "config.json").read_text())["algo"] == "ppo_fork"
+    for flag in ("eval", "resume"):
+        code, err = exit_code_and_error(capsys, ppo.main, dataclasses.replace(ppo.Config(), **{flag: str(run_dir)}))
+        assert code == 2 and err == [f"error: --{flag}: {run_dir} is a run of ppo_fork (ppo_fork.py), not of ppo "
+                                     "(ppo.py); use ppo_fork.py"]
+
+
+def test_every_script_trains_from_make_train_with_plain_defaults():
+    """`make_train(Config(...))` as the README uses it, with nothing resolved by hand (dqn_tabular_q's learner
+    defaults included): the programs trace (compiling them is the contract's business)."""
+    import jax
+
+    for name in ("ppo", "reinforce", "td3", "dqn_tabular_q", "pqn"):
+        module = importlib.import_module(name)
+        for config in (module.Config(), module.Config(env="CartPole-v1") if name == "dqn_tabular_q" else None):
+            if config is not None:
+                jax.eval_shape(module.make_train(config), jax.random.PRNGKey(0))
