@@ -7,20 +7,17 @@ once; the Q-table (or the Q-network, its target network and the replay buffer) l
     python dqn_tabular_q.py --env GridWorld-v0 --num-seeds 30
     python dqn_tabular_q.py --env CartPole-v1 --num-seeds 4
 
-Writes `<out-dir>/<run-name>/`: config.json, metrics.csv (one row per update and agent), learning_curve.png,
-summary.json and, on GridWorld-v0, q_values.png (max_a Q per cell with the greedy actions); with `--track`,
-a wandb run as well. All but the algorithm is the harness's (harness/).
+Writes `<out-dir>/<run-name>/`: config.json, metrics.csv, learning_curve.png, summary.json and, on GridWorld-v0,
+q_values.png (max_a Q per cell, greedy actions); with `--track`, a wandb run. The rest is the harness's (harness/).
 """
 
 import dataclasses
-import os
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from flax import struct
 from flax.training.train_state import TrainState
@@ -29,8 +26,7 @@ import harness
 
 harness.prepare_jax(__name__)  # XLA's flags (a device per core) and, from the command line, a multi-process run
 import envs  # noqa: E402  (after prepare_jax: gymnax makes a JAX backend on import)
-from envs.gridworld import ACTION_NAMES, GridWorld  # noqa: E402
-from envs.gridworld import EnvState as GridState  # noqa: E402
+from envs import gridworld  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -108,12 +104,6 @@ def linear_epsilon(config: Config, env_steps):
     return config.start_e + frac * (config.end_e - config.start_e)
 
 
-def finite_state_env(config: Config):
-    """`make_vec` env, its params and `index(obs batch) -> int32 states` for the table."""
-    env, env_params = envs.make_vec(config.env, config.num_envs)
-    return env, env_params, jax.vmap(lambda obs: envs.state_index(env, env_params, obs))
-
-
 def q_learning_update(q_table, states, actions, targets, lr):
     """Q(s,a) += lr * (target - Q(s,a)) for a batch of transitions, one per env. Envs that visit the same
     (s, a) in the same step share one update with their mean TD error: summing them would multiply the step
@@ -135,7 +125,8 @@ def make_tabular_train(config: Config, log_fn=None):
     """Q-learning, one table per agent: Q(s,a) += lr * (r + gamma * max_a' Q(s',a') - Q(s,a)), no bootstrap
     past a terminal state (a truncated episode bootstraps from its true last state). -> (init, run), as
     `make_train_parts`."""
-    env, env_params, index = finite_state_env(config)
+    env, env_params = envs.make_vec(config.env, config.num_envs)
+    index = jax.vmap(lambda obs: envs.state_index(env, env_params, obs))  # observations -> rows of the table
     num_states = envs.num_states(env, env_params)
     num_actions = env.action_space(env_params).n
     steps_per_update = config.num_envs * config.num_steps
@@ -146,7 +137,6 @@ def make_tabular_train(config: Config, log_fn=None):
         return TabularState(jnp.zeros((num_states, num_actions), jnp.float32), env_state, index(obs), rng)
 
     def run(agent, runner, updates):
-
         def _env_step(carry, step_input):
             q_table, env_state, state, episodes, reward_sum, epsilon = carry
             bits, key_step = step_input
@@ -198,54 +188,35 @@ class QNetwork(nn.Module):
     def __call__(self, obs):
         x = obs.astype(jnp.float32)
         for size in self.hidden_sizes:
-            x = nn.Dense(size)(x)
-            x = nn.relu(x)
+            x = nn.relu(nn.Dense(size)(x))
         return nn.Dense(self.num_actions)(x)
 
 
 @struct.dataclass
 class ReplayBuffer:
-    """A fixed-size ring buffer of transitions; `size` slots are filled, `position` is the next one written."""
+    """A fixed-size ring buffer of transitions (obs, action, reward, next_obs, terminated): a plain pytree, so it
+    lives in the agent's state and vmaps."""
 
-    obs: jax.Array
-    action: jax.Array
-    reward: jax.Array
-    next_obs: jax.Array
-    terminated: jax.Array
-    position: jax.Array
-    size: jax.Array
+    data: tuple  # arrays with a leading capacity axis
+    position: jax.Array  # next slot written
+    size: jax.Array  # slots filled so far
 
     @classmethod
-    def create(cls, capacity: int, obs_shape):
-        def zeros(*shape):
-            return jnp.zeros((capacity, *shape), jnp.float32)
+    def create(cls, capacity: int, example: tuple):
+        zeros = jax.tree.map(lambda x: jnp.zeros((capacity, *x.shape[1:]), x.dtype), example)
+        return cls(zeros, jnp.int32(0), jnp.int32(0))
 
-        return cls(zeros(*obs_shape), jnp.zeros(capacity, jnp.int32), zeros(), zeros(*obs_shape), zeros(),
-                   jnp.int32(0), jnp.int32(0))
-
-    @property
-    def capacity(self) -> int:
-        return self.action.shape[0]
-
-    def add(self, obs, action, reward, next_obs, terminated):
+    def add(self, batch: tuple):
         """Writes a batch of n transitions (n <= capacity) after the newest, wrapping round to slot 0."""
-        n = action.shape[0]
-        slots = (self.position + jnp.arange(n)) % self.capacity
-        return self.replace(
-            obs=self.obs.at[slots].set(obs),
-            action=self.action.at[slots].set(action),
-            reward=self.reward.at[slots].set(reward),
-            next_obs=self.next_obs.at[slots].set(next_obs),
-            terminated=self.terminated.at[slots].set(terminated),
-            position=(self.position + n) % self.capacity,
-            size=jnp.minimum(self.size + n, self.capacity),
-        )
+        n, capacity = batch[1].shape[0], self.data[1].shape[0]
+        slots = (self.position + jnp.arange(n)) % capacity
+        return ReplayBuffer(jax.tree.map(lambda d, x: d.at[slots].set(x), self.data, batch),
+                            (self.position + n) % capacity, jnp.minimum(self.size + n, capacity))
 
-    def sample(self, key, batch_size: int):
+    def sample(self, key, batch_size: int) -> tuple:
         """`batch_size` transitions drawn uniformly (with replacement) from the filled slots."""
         slots = jax.random.randint(key, (batch_size,), 0, self.size)
-        return (self.obs[slots], self.action[slots], self.reward[slots], self.next_obs[slots],
-                self.terminated[slots])
+        return jax.tree.map(lambda x: x[slots], self.data)
 
 
 class DQNState(NamedTuple):
@@ -286,11 +257,11 @@ def make_dqn_train(config: Config, log_fn=None):
         obs, env_state = env.reset(key_reset, env_params)
         params = network.init(key_init, obs[0])
         train_state = TrainState.create(apply_fn=network.apply, params=params, tx=tx)
-        buffer = ReplayBuffer.create(config.buffer_size, obs.shape[1:])
+        obs_f32, zeros = obs.astype(jnp.float32), jnp.zeros(config.num_envs, jnp.float32)
+        buffer = ReplayBuffer.create(config.buffer_size, (obs_f32, zeros.astype(jnp.int32), zeros, obs_f32, zeros))
         return DQNState(train_state, train_state.params, buffer, env_state, obs, rng)
 
     def run(agent, state, updates):
-
         def _loss_fn(params, target_params, batch):
             obs, action, reward, next_obs, terminated = batch
             next_q_target = network.apply(target_params, next_obs)
@@ -330,7 +301,8 @@ def make_dqn_train(config: Config, log_fn=None):
             random_action = jax.random.randint(key_action, greedy.shape, 0, num_actions)
             action = jnp.where(jax.random.uniform(key_explore, greedy.shape) < epsilon, random_action, greedy)
             next_obs, env_state, reward, terminated, _, info = env.step(key_step, env_state, action, env_params)
-            buffer = buffer.add(obs, action, reward, info["final_observation"], terminated.astype(jnp.float32))
+            buffer = buffer.add((obs.astype(jnp.float32), action, reward.astype(jnp.float32),
+                                 info["final_observation"].astype(jnp.float32), terminated.astype(jnp.float32)))
             # `step` comes unbatched from the scan's xs, so under vmap these conds stay real branches.
             train_state, learned = jax.lax.cond(
                 jnp.logical_and(env_steps >= config.learning_starts, (step + 1) % steps_per_train == 0),
@@ -391,83 +363,31 @@ def make_train(config: Config, log_fn=None):
     return lambda rng: run(rng, init(rng), jnp.arange(num_iterations(config)))
 
 
-def greedy_q_function(config: Config, runner):
-    """`q(obs batch) -> (batch, num_actions)` of one agent: its Q-table or its online Q-network."""
+def greedy_policy(config: Config, runner):
+    """`act(obs batch) -> actions`: one agent's greedy policy (argmax of its Q-table or online Q-network, the first
+    of tied actions)."""
+    config = resolve(config)
     env, env_params = envs.make(config.env)
     if config.agent == "tabular":
-        return lambda obs: runner.q_table[jax.vmap(lambda o: envs.state_index(env, env_params, o))(obs)]
+        return lambda obs: jnp.argmax(runner.q_table[jax.vmap(lambda o: envs.state_index(env, env_params, o))(obs)],
+                                      -1)
     network = QNetwork(env.action_space(env_params).n, config.hidden_sizes)
-    return lambda obs: network.apply(runner.train_state.params, obs)
-
-
-def greedy_policy(config: Config, runner):
-    """`act(obs batch) -> actions`: one agent's greedy policy (argmax, the first of tied actions)."""
-    q = greedy_q_function(config, runner)
-    return lambda obs: jnp.argmax(q(obs), -1)
-
-
-def greedy_path_length(env: GridWorld, env_params, q_table):
-    """Steps the greedy policy (argmax, first of ties) takes from the start cell to the goal on GridWorld;
-    -1 if it does not arrive within the time limit."""
-
-    def _step(carry, _):
-        state, steps, arrived = carry
-        action = jnp.argmax(q_table[state.row * env.cols + state.col])
-        _, state, _, terminated, _ = env.step_env(None, state, action, env_params)
-        steps = jnp.where(arrived, steps, steps + 1)
-        return (state, steps, jnp.logical_or(arrived, terminated)), None
-
-    start = GridState(time=jnp.int32(0), row=jnp.int32(env.start[0]), col=jnp.int32(env.start[1]))
-    (_, steps, arrived), _ = jax.lax.scan(_step, (start, jnp.int32(0), jnp.bool_(False)), None,
-                                     env_params.max_steps_in_episode)
-    return jnp.where(arrived, steps, -1)
+    return lambda obs: jnp.argmax(network.apply(runner.train_state.params, obs), -1)
 
 
 def gridworld_stats(config: Config, runner):
     """A tabular agent's Q-table and greedy path length on GridWorld (nothing elsewhere), for `write_gridworld`."""
     env, env_params = envs.make(config.env)
-    if config.agent != "tabular" or not isinstance(env, GridWorld):
+    if config.agent != "tabular" or not isinstance(env, gridworld.GridWorld):
         return {}
-    return {"q_table": runner.q_table, "greedy_path_length": greedy_path_length(env, env_params, runner.q_table)}
+    return {"q_table": runner.q_table, "greedy_path_length": gridworld.greedy_path_length(env, env_params,
+                                                                                         runner.q_table)}
 
 
 def write_gridworld(config: Config, point_dir, stats):
     """q_values.png of a sweep point's agents and their greedy path lengths (summary.json's greedy_path_length)."""
-    path = os.path.join(point_dir, "q_values.png")
-    plot_q_grid(path, envs.make(config.env)[0], stats["q_table"],
-                f"tabular Q on {config.env}, mean of {config.num_seeds} agents")
-    lengths = [None if n < 0 else int(n) for n in stats["greedy_path_length"]]
-    print("greedy path length from the start: " + " ".join("-" if n is None else str(n) for n in lengths))
-    return {"greedy_path_length": lengths}, [path]
-
-
-def plot_q_grid(path, env: GridWorld, q_tables, title):
-    """The grid coloured by max_a Q (mean over agents) with the greedy action of the mean table in each cell."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    q = np.asarray(q_tables).mean(0).reshape(env.rows, env.cols, -1)
-    fig, ax = plt.subplots(figsize=(1 + 0.6 * env.cols, 0.6 * env.rows + 0.8))
-    image = ax.imshow(q.max(-1), cmap="viridis")
-    fig.colorbar(image, ax=ax, label="max_a Q(s, a)")
-    arrows = {"right": (0.3, 0), "down": (0, 0.3), "left": (-0.3, 0), "up": (0, -0.3)}
-    for row in range(env.rows):
-        for col in range(env.cols):
-            if (row, col) == env.goal:
-                ax.text(col, row, "G", ha="center", va="center", color="white", fontweight="bold")
-                continue
-            dx, dy = arrows[ACTION_NAMES[int(np.argmax(q[row, col]))]]
-            ax.arrow(col - dx / 2, row - dy / 2, dx, dy, head_width=0.15, length_includes_head=True,
-                     color="white")
-    ax.add_patch(plt.Rectangle((env.start[1] - 0.5, env.start[0] - 0.5), 1, 1, fill=False, color="red", lw=2))
-    ax.set_xticks(range(env.cols))
-    ax.set_yticks(range(env.rows))
-    ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return gridworld.write_q_values(point_dir, envs.make(config.env)[0], stats,
+                                    f"tabular Q on {config.env}, mean of {config.num_seeds} agents")
 
 
 def validate(config: Config):
@@ -503,6 +423,7 @@ def validate(config: Config):
                                       f"{config.batch_size}) and one step of every env (--num-envs {config.num_envs})")
 
 
+# The hand-off to the harness: a fork keeps it (its runs take the fork's file name); new metrics go in METRIC_KEYS.
 METRIC_KEYS = {
     "tabular": ("env_steps", "episodes", "episode_return", "episode_length", "epsilon", "nonfinite"),
     "dqn": ("env_steps", "episodes", "episode_return", "episode_length", "epsilon", "loss/td", "q_value",

@@ -327,18 +327,10 @@ def validate(config: Config):
     if config.activation not in ACTIVATIONS:
         raise harness.ConfigError(f"--activation {config.activation!r} is unknown; use one of "
                                   f"{', '.join(ACTIVATIONS)}")
-    batch_size = config.num_envs * config.num_steps
-    if batch_size % config.num_minibatches:
-        raise harness.ConfigError(f"--num-minibatches {config.num_minibatches} does not divide the batch "
-                                  f"(--num-envs x --num-steps = {batch_size}); use a divisor of {batch_size}")
-    if config.total_timesteps < batch_size:
-        raise harness.ConfigError(f"--total-timesteps {config.total_timesteps} is smaller than one batch "
-                                  f"(--num-envs x --num-steps = {batch_size}); raise it or shrink the batch")
-    harness.require_count(num_iterations(config) * config.update_epochs * config.num_minibatches,
-                          "gradient steps (iterations x --update-epochs x --num-minibatches)",
-                          "--update-epochs or --num-minibatches")
+    harness.require_rollouts(config)
 
 
+# The hand-off to the harness: a fork keeps it (its runs take the fork's file name); new metrics go in METRIC_KEYS.
 METRIC_KEYS = ("env_steps", "episodes", "episode_return", "episode_length",
                "loss/actor", "loss/critic", "entropy", "approx_kl", "clip_frac", "nonfinite")
 

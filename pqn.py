@@ -240,18 +240,10 @@ def validate(config: Config):
     if not envs.is_discrete(env, env_params):
         raise harness.ConfigError(f"--env {config.env} has continuous actions; PQN needs a discrete action space "
                                   "(try td3.py or ppo.py)")
-    batch_size = config.num_envs * config.num_steps
-    if config.total_timesteps < batch_size:
-        raise harness.ConfigError(f"--total-timesteps {config.total_timesteps} is smaller than one update "
-                                  f"(--num-envs x --num-steps = {batch_size})")
-    if batch_size % config.num_minibatches:
-        raise harness.ConfigError(f"--num-minibatches {config.num_minibatches} must divide the rollout, --num-envs x "
-                                  f"--num-steps = {batch_size}")
-    harness.require_count(num_iterations(config) * config.update_epochs * config.num_minibatches,
-                          "gradient steps (iterations x --update-epochs x --num-minibatches)",
-                          "--update-epochs or --num-minibatches")
+    harness.require_rollouts(config)
 
 
+# The hand-off to the harness: a fork keeps it (its runs take the fork's file name); new metrics go in METRIC_KEYS.
 METRIC_KEYS = ("env_steps", "episodes", "episode_return", "episode_length", "epsilon", "loss/td", "q_value",
                "nonfinite")
 

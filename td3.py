@@ -386,6 +386,7 @@ def validate(config: Config):
                                   f"--total-timesteps {config.total_timesteps}")
 
 
+# The hand-off to the harness: a fork keeps it (its runs take the fork's file name); new metrics go in METRIC_KEYS.
 METRIC_KEYS = ("env_steps", "updates", "episodes", "episode_return", "episode_length",
                "loss/actor", "loss/critic", "q_value", "nonfinite")
 

@@ -9,10 +9,12 @@ The observation is the agent's cell `(row, col)`; `num_states` and `state_index`
     env, env_params = envs.make("GridWorld-v0", rows=5, cols=5, start=(4, 4), goal=(0, 0), random_start=True)
 """
 
+import os
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
@@ -108,6 +110,65 @@ class GridWorld(environment.Environment[EnvState, EnvParams]):
         state = EnvState(time=jnp.where(done, 0, state_step.time), row=row, col=col)
         info = {"terminated": terminated, "truncated": truncated, "final_observation": obs_step}
         return jnp.stack([row, col]), state, reward, terminated, truncated, info
+
+
+def greedy_path_length(env: GridWorld, env_params, q_table):
+    """Steps the greedy policy (argmax, first of ties) takes from the start cell to the goal on GridWorld;
+    -1 if it does not arrive within the time limit."""
+
+    def _step(carry, _):
+        state, steps, arrived = carry
+        action = jnp.argmax(q_table[state.row * env.cols + state.col])
+        _, state, _, terminated, _ = env.step_env(None, state, action, env_params)
+        steps = jnp.where(arrived, steps, steps + 1)
+        return (state, steps, jnp.logical_or(arrived, terminated)), None
+
+    start = EnvState(time=jnp.int32(0), row=jnp.int32(env.start[0]), col=jnp.int32(env.start[1]))
+    (_, steps, arrived), _ = jax.lax.scan(_step, (start, jnp.int32(0), jnp.bool_(False)), None,
+                                     env_params.max_steps_in_episode)
+    return jnp.where(arrived, steps, -1)
+
+
+def plot_q_values(path, env: GridWorld, q_tables, title):
+    """The grid coloured by max_a Q (mean over agents) with the greedy action of the mean table in each cell."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    q = np.asarray(q_tables).mean(0).reshape(env.rows, env.cols, -1)
+    fig, ax = plt.subplots(figsize=(1 + 0.6 * env.cols, 0.6 * env.rows + 1.2))
+    image = ax.imshow(q.max(-1), cmap="viridis")
+    fig.colorbar(image, ax=ax, label="max_a Q(s, a)")
+    arrows = {"right": (0.3, 0), "down": (0, 0.3), "left": (-0.3, 0), "up": (0, -0.3)}
+    for row in range(env.rows):
+        for col in range(env.cols):
+            if (row, col) == env.goal:
+                ax.text(col, row, "G", ha="center", va="center", color="white", fontweight="bold")
+                continue
+            dx, dy = arrows[ACTION_NAMES[int(np.argmax(q[row, col]))]]
+            ax.arrow(col - dx / 2, row - dy / 2, dx, dy, head_width=0.15, length_includes_head=True,
+                     color="white")
+    ax.add_patch(plt.Rectangle((env.start[1] - 0.5, env.start[0] - 0.5), 1, 1, fill=False, color="red", lw=2,
+                               label="start"))
+    ax.plot([], [], " ", label="G: goal; arrows: greedy action")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=2, frameon=False)
+    ax.set_xticks(range(env.cols))
+    ax.set_yticks(range(env.rows))
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def write_q_values(point_dir, env: GridWorld, stats, title):
+    """q_values.png of agents' Q-tables (`stats["q_table"]`) and their greedy path lengths, printed and returned as
+    summary fields: -> ({"greedy_path_length": [...]}, [image path])."""
+    path = os.path.join(point_dir, "q_values.png")
+    plot_q_values(path, env, stats["q_table"], title)
+    lengths = [None if n < 0 else int(n) for n in stats["greedy_path_length"]]
+    print("greedy path length from the start: " + " ".join("-" if n is None else str(n) for n in lengths))
+    return {"greedy_path_length": lengths}, [path]
 
 
 def make_gridworld(rows: int = 8, cols: int = 12, start=(7, 11), goal=(0, 0), random_start: bool = False,

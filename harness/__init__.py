@@ -27,14 +27,15 @@ import os
 
 from harness import fast
 from harness.algorithm import Algorithm
-from harness.flags import ConfigError, Flags, require_between, require_count, require_positive
+from harness.flags import ConfigError, Flags, require_between, require_count, require_positive, require_rollouts
 from harness.records import report
 from harness.run import check, main
 from harness.scale import start_processes
 from harness.stops import all_finite
 
 __all__ = ["Algorithm", "fast", "ConfigError", "Flags", "all_finite", "available_cores", "check", "main",
-           "prepare_jax", "report", "require_between", "require_count", "require_positive", "start_processes"]
+           "prepare_jax", "report", "require_between", "require_count", "require_positive", "require_rollouts",
+           "start_processes"]
 
 
 def available_cores() -> int:

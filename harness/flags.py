@@ -124,6 +124,23 @@ def require_count(value, what, lower):
                           f"count; lower {lower}")
 
 
+def require_rollouts(config):
+    """The checks of a script that learns from rollouts of --num-envs x --num-steps env steps (ppo, pqn, reinforce):
+    at least one rollout in --total-timesteps and, where it has minibatches, --num-minibatches dividing the rollout
+    and its gradient steps countable in int32. ConfigError naming the flag otherwise."""
+    rollout = config.num_envs * config.num_steps
+    if config.total_timesteps < rollout:
+        raise ConfigError(f"--total-timesteps {config.total_timesteps} is smaller than one rollout (--num-envs x "
+                          f"--num-steps = {rollout}); raise it or shrink the rollout")
+    if hasattr(config, "num_minibatches"):
+        if rollout % config.num_minibatches:
+            raise ConfigError(f"--num-minibatches {config.num_minibatches} does not divide the rollout (--num-envs x "
+                              f"--num-steps = {rollout}); use a divisor of {rollout}")
+        require_count(config.total_timesteps // rollout * config.update_epochs * config.num_minibatches,
+                      "gradient steps (iterations x --update-epochs x --num-minibatches)",
+                      "--update-epochs or --num-minibatches")
+
+
 def require_finite(config, prefix=""):
     """ConfigError unless every float field is a finite number (NaN and inf pass `x > 0`-style checks, or fail
     them with a misleading message). `prefix`: what to put before the flag, e.g. the sweep point."""

@@ -21,7 +21,7 @@ from harness import compile_cache
 from harness.checkpoints import Checkpoints
 from harness.evaluation import evaluate_run, evaluation_keys, make_evaluate
 from harness.flags import ConfigError, check_flags, given_fields, resumed_config
-from harness.records import Progress, RunDirectory
+from harness.records import Progress, RunDirectory, plural
 from harness.scale import (
     agent_layout,
     agent_parts,
@@ -254,12 +254,24 @@ def compile_training(job, run_dir) -> tuple:
     metric_keys = job.algorithm.metric_keys_of(job.config)
     agents = local_agents(job.sharding, len(job.keys))
     try:
+        check_metric_keys(job.algorithm, metric_keys, compiled.out_info[1])
         check_memory(job.config, job.algorithm, [compiled], state_bytes * len(agents) // len(job.keys),
                      len(job.keys) * job.num_iterations * len(metric_keys) * 4)
     except ConfigError:
         run_dir.give_up()
         raise
     return compiled, compile_s
+
+
+def check_metric_keys(algorithm, metric_keys, reported):
+    """ConfigError unless the script's METRIC_KEYS (metrics.csv's columns) are the metrics its iterations report:
+    a fork's new metric left out of them would be computed and never written."""
+    unlisted = sorted(set(reported) - set(metric_keys))
+    missing = [k for k in metric_keys if k not in reported]
+    if unlisted or missing:
+        raise ConfigError(f"{algorithm.script}: its iterations report {', '.join(unlisted) or 'no'} metric(s) missing "
+                          f"from its METRIC_KEYS, and METRIC_KEYS names {', '.join(missing) or 'none'} they do not "
+                          "report; make METRIC_KEYS the keys of the metrics dict")
 
 
 def start_or_resume(job, checkpoints, run_dir) -> tuple:
@@ -325,8 +337,8 @@ def train(algorithm, config, points):
     with StopRequest() as stop:
         run_dir = RunDirectory(algorithm, config, points, job.lead)  # claimed, config.json written
         if job.lead:
-            described = (f"{config.num_seeds} seeds x {len(points)} sweep points" if run_dir.sweep
-                         else f"{len(job.keys)} agents")
+            described = (f"{plural(config.num_seeds, 'seed')} x {len(points)} sweep points" if run_dir.sweep
+                         else plural(len(job.keys), "agent"))
             print(f"{algorithm.name} on {config.env}: {described} x {config.total_timesteps} steps in "
                   f"{config.num_chunks} chunk(s) on {job.mesh.devices.size} device(s), run dir {run_dir.path}",
                   flush=True)
@@ -382,7 +394,7 @@ def summarize(job, runner, history, run_dir, extra, start_steps):
             "train_s"]
         extra = {"updates": updates, **extra, "updates_per_s": updates_per_s}
         counts, speeds = f"{counts} and {updates} updates", f"{speeds} and {updates_per_s:.0f} updates/s"
-    print(f"\n{'=' * 72}\n{algorithm.name} on {config.env}: {len(keys)} agents, {counts} each")
+    print(f"\n{'=' * 72}\n{algorithm.name} on {config.env}: {plural(len(keys), 'agent')}, {counts} each")
     print(f"compile {extra['compile_s']:.1f} s, train {extra['train_s']:.1f} s, {speeds} over all agents")
     try:
         run_dir.write_summaries(algorithm, history, eval_returns.mean(axis=1), stats, extra)

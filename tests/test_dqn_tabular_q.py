@@ -16,6 +16,14 @@ import harness
 from tests.conftest import read_run
 
 
+def example_transitions(obs_size):
+    """One transition of each field's shape and dtype, as DQN's init makes them: (obs, action, reward, next_obs,
+    terminated)."""
+    zeros = jnp.zeros(1)
+    return zeros[:, None].repeat(obs_size, 1), zeros.astype(jnp.int32), zeros, zeros[:, None].repeat(obs_size, 1), \
+        zeros
+
+
 # Few distinct shapes: every new (capacity, batch) pair compiles the buffer's ops again.
 def test_q_learning_update_averages_envs_on_the_same_pair():
     q = jnp.zeros((3, 2)).at[1, 0].set(0.5)
@@ -28,21 +36,21 @@ def test_q_learning_update_averages_envs_on_the_same_pair():
 @settings(max_examples=40, deadline=None)
 @given(capacity=st.sampled_from([1, 3, 8]), batches=st.lists(st.sampled_from([1, 2, 3, 8]), min_size=1, max_size=8))
 def test_ring_buffer_wraps_and_samples_only_filled_slots(capacity, batches):
-    buffer = dq.ReplayBuffer.create(capacity, (2,))
+    buffer = dq.ReplayBuffer.create(capacity, example_transitions(2))
     next_id = 1  # transition k carries reward k, obs (k, -k); empty slots hold zeros
     for n in batches:
         n = min(n, capacity)
         ids = jnp.arange(next_id, next_id + n, dtype=jnp.float32)
-        buffer = buffer.add(jnp.stack([ids, -ids], -1), ids.astype(jnp.int32), ids, jnp.stack([ids, ids], -1),
-                            jnp.zeros(n))
+        buffer = buffer.add((jnp.stack([ids, -ids], -1), ids.astype(jnp.int32), ids, jnp.stack([ids, ids], -1),
+                             jnp.zeros(n)))
         next_id += n
     total = next_id - 1
     assert int(buffer.size) == min(total, capacity) and int(buffer.position) == total % capacity
     # The newest min(total, capacity) transitions, each in slot (k - 1) % capacity.
     newest = np.arange(max(1, total - capacity + 1), total + 1)
-    np.testing.assert_array_equal(np.asarray(buffer.reward)[(newest - 1) % capacity], newest)
+    np.testing.assert_array_equal(np.asarray(buffer.data[2])[(newest - 1) % capacity], newest)
     if total < capacity:
-        assert not np.asarray(buffer.reward)[total:].any()
+        assert not np.asarray(buffer.data[2])[total:].any()
     obs, action, reward, next_obs, _ = buffer.sample(jax.random.PRNGKey(total), 256)
     assert set(np.asarray(reward).tolist()) <= set(newest.tolist())
     np.testing.assert_array_equal(np.asarray(obs[:, 0]), np.asarray(reward))  # fields stay aligned
@@ -52,12 +60,12 @@ def test_ring_buffer_wraps_and_samples_only_filled_slots(capacity, batches):
 
 
 def test_buffer_is_vmappable():
-    buffers = jax.vmap(lambda _: dq.ReplayBuffer.create(5, (1,)))(jnp.arange(3))
+    buffers = jax.vmap(lambda _: dq.ReplayBuffer.create(5, example_transitions(1)))(jnp.arange(3))
     ids = jnp.arange(1.0, 4.0)
-    buffers = jax.vmap(lambda b, i: b.add(i[None, None], i[None].astype(jnp.int32), i[None], i[None, None],
-                                          jnp.zeros(1)))(buffers, ids)
-    assert buffers.reward.shape == (3, 5) and buffers.size.tolist() == [1, 1, 1]
-    np.testing.assert_array_equal(np.asarray(buffers.reward[:, 0]), [1.0, 2.0, 3.0])
+    buffers = jax.vmap(lambda b, i: b.add((i[None, None], i[None].astype(jnp.int32), i[None], i[None, None],
+                                           jnp.zeros(1))))(buffers, ids)
+    assert buffers.data[2].shape == (3, 5) and buffers.size.tolist() == [1, 1, 1]
+    np.testing.assert_array_equal(np.asarray(buffers.data[2][:, 0]), [1.0, 2.0, 3.0])
 
 
 def tiny(**overrides):

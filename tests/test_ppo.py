@@ -128,8 +128,8 @@ def test_continuous_small_run(tmp_path):
     [
         (dict(activation="gelu"), "--activation 'gelu' is unknown"),
         (dict(num_envs=0), "--num-envs must be a positive integer"),
-        (dict(num_minibatches=3), "--num-minibatches 3 does not divide the batch"),
-        (dict(total_timesteps=100), "--total-timesteps 100 is smaller than one batch"),
+        (dict(num_minibatches=3), "--num-minibatches 3 does not divide the rollout"),
+        (dict(total_timesteps=100), "--total-timesteps 100 is smaller than one rollout"),
         (dict(learning_rate=0.0), "--learning-rate must be positive"),
         (dict(clip_coef=float("nan")), "--clip-coef must be a finite number, got nan"),
         (dict(vf_coef=-1.0), "--vf-coef must be 0 or more, got -1.0"),

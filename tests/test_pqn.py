@@ -19,11 +19,11 @@ from tests.conftest import read_run
     "overrides, message",
     [
         (dict(env="Pendulum-v1"), "--env Pendulum-v1 has continuous actions"),
-        (dict(num_minibatches=3), "--num-minibatches 3 must divide the rollout"),
+        (dict(num_minibatches=3), "--num-minibatches 3 does not divide the rollout"),
         (dict(q_lambda=1.5), "--q-lambda must lie in [0, 1]"),
         (dict(update_epochs=0), "--update-epochs must be a positive integer"),
         (dict(max_grad_norm=0.0), "--max-grad-norm must be positive"),
-        (dict(total_timesteps=10), "--total-timesteps 10 is smaller than one update"),
+        (dict(total_timesteps=10), "--total-timesteps 10 is smaller than one rollout"),
     ],
 )
 def test_bad_config_names_the_flag(overrides, message):

@@ -207,7 +207,7 @@ def test_four_seed_run_writes_every_output_and_each_agent_equals_its_seed_alone(
         (dict(activation="gelu"), "--activation 'gelu' is unknown"),
         (dict(num_envs=0), "--num-envs must be a positive integer"),
         (dict(train_v_iters=-1), "--train-v-iters must be a positive integer"),
-        (dict(total_timesteps=100), "--total-timesteps 100 is smaller than one epoch"),
+        (dict(total_timesteps=100), "--total-timesteps 100 is smaller than one rollout"),
         (dict(pi_lr=0.0), "--pi-lr must be positive"),
         (dict(vf_lr=float("nan")), "--vf-lr must be a finite number, got nan"),
         (dict(gae_lambda=1.5), "--gae-lambda must lie in [0, 1]"),
