@@ -13,6 +13,10 @@ import orbax.checkpoint as ocp
 
 from harness.flags import ConfigError
 
+# What orbax says when the state it is asked to restore has other keys or leaves than the checkpoint: the script's
+# state changed (a fork edited, an older version), not damage; older checkpoints of the run would say the same.
+STRUCTURE_MISMATCH = ("Structure mismatch", "tree structures do not match", "not found in metadata_tree")
+
 
 class Checkpoints:
     """The checkpoints of one run directory; `keep=None` opens it read-only (--eval). A context manager: leaving
@@ -90,6 +94,11 @@ class Checkpoints:
                     items["history"] = ocp.args.StandardRestore()
                 restored = self.manager.restore(step, args=ocp.args.Composite(**items))
             except (OSError, ValueError, KeyError, TypeError) as error:
+                if any(sign in str(error) for sign in STRUCTURE_MISMATCH):
+                    raise ConfigError(f"{which}: checkpoint {where} holds an agent state of another structure than "
+                                      f"this version of the script makes (it changed since the run was written, or "
+                                      "the run is an older scanrl's); use the version that wrote it, or start a new "
+                                      "run") from None
                 errors.append(f"checkpoint {where} cannot be read ({type(error).__name__}: "
                               f"{str(error).splitlines()[0] if str(error) else ''}); it is damaged or incomplete")
                 print(f"warning: {errors[-1]}; trying an older one", flush=True)

@@ -90,6 +90,8 @@ class Flags:
 LOGGING_FLAGS = ("track", "wandb_project", "wandb_entity", "wandb_group", "out_dir", "run_name", "log_every",
                  "profile", "compile_cache", "keep_checkpoints", "resume", "eval", "seed_index", "eval_episodes",
                  "gif", "num_devices", "coordinator_address", "num_processes", "process_id", "distributed_timeout")
+# Names an older scanrl gave to runs of dqn_tabular_q.py, whose checkpoints this version cannot read.
+OLDER_NAMES = {"dqn": "PQN moved to pqn.py", "tabular_q": "PQN moved to pqn.py"}
 MAX_SEED = 2**32 - 1  # a JAX key holds a 32-bit seed here; larger ones would alias smaller ones
 MAX_COUNT = 2**31 - 1  # step, iteration and update counters are int32 inside the compiled programs
 
@@ -223,8 +225,12 @@ def read_run_config(algorithm, run_dir, which) -> dict:
         raise ConfigError(f"{which}: {path} is missing or unreadable; is {run_dir} a run directory of "
                           f"{algorithm.script}?") from None
     if name != algorithm.name:
+        use = f"use {name}.py"
+        if name in OLDER_NAMES:
+            use = (f"{name} was dqn_tabular_q.py's name for its runs before {OLDER_NAMES[name]}, and this version "
+                   "cannot read them; train it again")
         raise ConfigError(f"{which}: {run_dir} is a run of {name} ({name}.py), not of {algorithm.name} "
-                          f"({algorithm.script}); use {name}.py")
+                          f"({algorithm.script}); {use}")
     # JSON has no tuples: tuple fields (hidden_sizes, sweep) come back as lists.
     fields = {f.name for f in dataclasses.fields(algorithm.config)}
     unknown = sorted(set(saved) - fields)

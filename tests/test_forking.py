@@ -92,3 +92,19 @@ def test_every_script_trains_from_make_train_with_plain_defaults():
         for config in (module.Config(), module.Config(env="CartPole-v1") if name == "dqn_tabular_q" else None):
             if config is not None:
                 jax.eval_shape(module.make_train(config), jax.random.PRNGKey(0))
+
+
+def test_resuming_a_run_after_the_fork_changed_its_state_exits_2(tmp_path, capsys):
+    """A fork edited between a run and its --resume (here its optimizer gains a transform, so its state another
+    structure) is told so in one line, not that its checkpoints are damaged."""
+    path = write_fork(tmp_path, "ppo_edit", "edit_coef", use=True)
+    fork = contract.load_script(path)
+    _, tiny, _ = CASES["ppo"]
+    fork.main(fork.Config(**{**tiny, "num_chunks": 2, "out_dir": str(tmp_path / "runs"), "run_name": "run"}))
+    (tmp_path / "runs" / "run" / "summary.json").unlink()
+    path.write_text(path.read_text().replace(
+        "optax.clip_by_global_norm(config.max_grad_norm), optax.adam",
+        "optax.clip_by_global_norm(config.max_grad_norm), optax.add_decayed_weights(0.0), optax.adam"))
+    edited = contract.load_script(path)
+    code, err = exit_code_and_error(capsys, edited.main, edited.Config(resume=str(tmp_path / "runs" / "run")))
+    assert code == 2 and len(err) == 1 and "holds an agent state of another structure than this version" in err[0]
