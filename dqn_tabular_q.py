@@ -11,6 +11,10 @@ Writes `<out-dir>/<run-name>/`: config.json, metrics.csv, learning_curve.png, su
 q_values.png (max_a Q per cell, greedy actions); with `--track`, a wandb run. The rest is the harness's (harness/).
 """
 
+import harness
+
+harness.prepare_jax(__name__)  # first: --help at once, XLA's flags (a device per core), a multi-process run
+
 import dataclasses
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
@@ -22,11 +26,8 @@ import optax
 from flax import struct
 from flax.training.train_state import TrainState
 
-import harness
-
-harness.prepare_jax(__name__)  # XLA's flags (a device per core) and, from the command line, a multi-process run
-import envs  # noqa: E402  (after prepare_jax: gymnax makes a JAX backend on import)
-from envs import gridworld  # noqa: E402
+import envs
+from envs import gridworld
 
 
 @dataclass(frozen=True)
@@ -174,8 +175,7 @@ def make_tabular_train(config: Config, log_fn=None):
     return init, run
 
 
-# ----------------------------------------------------------------------------------------------------------
-# DQN
+# DQN ------------------------------------------------------------------------------------------------------
 
 
 class QNetwork(nn.Module):

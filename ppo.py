@@ -11,6 +11,10 @@ summary.json; with `--track`, a wandb run as well. All but the algorithm (the fl
 directory, checkpoints and --resume, --eval, sweeps, devices and processes, wandb) is the harness's (harness/).
 """
 
+import harness
+
+harness.prepare_jax(__name__)  # first: --help at once, XLA's flags (a device per core), a multi-process run
+
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
@@ -22,10 +26,7 @@ import numpy as np
 import optax
 from flax.training.train_state import TrainState
 
-import harness
-
-harness.prepare_jax(__name__)  # XLA's flags (a device per core) and, from the command line, a multi-process run
-import envs  # noqa: E402  (after prepare_jax: gymnax makes a JAX backend on import)
+import envs
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,10 @@ Writes `<out-dir>/<run-name>/`: config.json, metrics.csv (one row per update and
 summary.json; with `--track`, a wandb run as well. All but the algorithm is the harness's (harness/).
 """
 
+import harness
+
+harness.prepare_jax(__name__)  # first: --help at once, XLA's flags (a device per core), a multi-process run
+
 import functools
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
@@ -21,10 +25,7 @@ import jax.numpy as jnp
 import optax
 from flax.training.train_state import TrainState
 
-import harness
-
-harness.prepare_jax(__name__)  # XLA's flags (a device per core) and, from the command line, a multi-process run
-import envs  # noqa: E402  (after prepare_jax: gymnax makes a JAX backend on import)
+import envs
 
 
 @dataclass(frozen=True)

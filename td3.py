@@ -13,6 +13,10 @@ learning_curve.png and summary.json; with `--track`, a wandb run as well. All bu
 (harness/).
 """
 
+import harness
+
+harness.prepare_jax(__name__)  # first: --help at once, XLA's flags (a device per core), a multi-process run
+
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -23,10 +27,7 @@ import optax
 from flax import struct
 from flax.training.train_state import TrainState
 
-import harness
-
-harness.prepare_jax(__name__)  # XLA's flags (a device per core) and, from the command line, a multi-process run
-import envs  # noqa: E402  (after prepare_jax: gymnax makes a JAX backend on import)
+import envs
 
 
 @dataclass(frozen=True)

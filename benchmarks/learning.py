@@ -483,13 +483,13 @@ def read_curve(run_dir, points=CURVE_POINTS):
     with open(os.path.join(run_dir, "metrics.csv"), newline="") as f:
         rows = list(csv.DictReader(f))
     seeds = sorted({int(r["seed"]) for r in rows})
-    iterations = 1 + max(int(r["iteration"]) for r in rows)
+    iterations = max(int(r["iteration"]) for r in rows)  # counted from 1
     returns = np.full((len(seeds), iterations), np.nan)
     episodes = np.zeros((len(seeds), iterations))
     steps = np.zeros(iterations)
     where = {s: i for i, s in enumerate(seeds)}
     for r in rows:
-        i, u = where[int(r["seed"])], int(r["iteration"])
+        i, u = where[int(r["seed"])], int(r["iteration"]) - 1
         returns[i, u], episodes[i, u], steps[u] = float(r["episode_return"]), float(r["episodes"]), \
             float(r["env_steps"])
     edges = np.linspace(0, iterations, min(points, iterations) + 1).astype(int)

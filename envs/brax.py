@@ -13,8 +13,10 @@ the id (`--env brax/halfcheetah:generalized`, so any script's `--env` can pick i
 is the fastest on a CPU; generalized and mjx model contacts more faithfully and are the choice on a GPU.
 """
 
+import contextlib
 import difflib
 import importlib.util
+import io
 import warnings
 from functools import cached_property
 from typing import Any
@@ -107,8 +109,13 @@ def make(env_id: str, backend: str | None = None, max_steps_in_episode: int = 10
         raise ValueError(f"unknown Brax backend {backend!r} in {env_id!r}; use one of {', '.join(BACKENDS)}")
     if not is_installed():
         raise ValueError(f"{env_id!r} needs Brax, which is not installed: {INSTALL_HINT}")
-    import brax.envs
-    import mujoco
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):  # mujoco.mjx prints that its optional GPU backend (warp) is missing
+        import brax.envs
+        import mujoco
+    for line in printed.getvalue().splitlines():
+        if not line.startswith(("Failed to import warp", "Failed to import mujoco_warp")):
+            print(line)
 
     if mujoco.get_mju_user_warning() is None:  # else MuJoCo appends its warnings to ./MUJOCO_LOG.TXT
         mujoco.set_mju_user_warning(_mujoco_warning)

@@ -23,19 +23,28 @@ Importing the harness makes no JAX backend and changes no environment variable. 
 backend is made, and a multi-process run must start `jax.distributed` before one exists.
 """
 
+import hashlib
+import importlib
 import os
+import sys
 
-from harness import fast
-from harness.algorithm import Algorithm
-from harness.flags import ConfigError, Flags, require_between, require_count, require_positive, require_rollouts
-from harness.records import report
-from harness.run import check, main
-from harness.scale import start_processes
-from harness.stops import all_finite
+# What `harness.<name>` gives, imported on first use: the package imports no JAX until a script needs it, so a
+# script's first line (prepare_jax) runs at once and --help can be answered before the heavy imports.
+_EXPORTS = {"Algorithm": "algorithm", "ConfigError": "flags", "Flags": "flags", "require_between": "flags",
+            "require_count": "flags", "require_positive": "flags", "require_rollouts": "flags", "report": "records",
+            "check": "run", "main": "run", "start_processes": "scale", "all_finite": "stops"}
 
-__all__ = ["Algorithm", "fast", "ConfigError", "Flags", "all_finite", "available_cores", "check", "main",
-           "prepare_jax", "report", "require_between", "require_count", "require_positive", "require_rollouts",
-           "start_processes"]
+__all__ = ["available_cores", "fast", "help_cache_path", "prepare_jax", *_EXPORTS]
+
+
+def __getattr__(name):
+    if name == "fast":
+        return importlib.import_module("harness.fast")
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'harness' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"harness.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
 
 
 def available_cores() -> int:
@@ -52,20 +61,61 @@ def available_cores() -> int:
 
 
 def prepare_jax(module_name: str):
-    """The first call of a script, before anything makes a JAX backend (`import envs` does: gymnax makes arrays on
-    import). Adds to the user's XLA_FLAGS, which XLA reads once, when it makes the backend:
+    """The first call of a script, before its other imports. From the command line (`module_name == "__main__"`),
+    it answers --help from the cache a first --help filled (`help_cache_path`: the text tyro printed, for these exact
+    sources), or says that the libraries are loading. Then it adds to the user's XLA_FLAGS, which XLA reads once,
+    when it makes its backend (`import envs` does: gymnax makes arrays on import):
     - `--xla_cpu_enable_concurrency_optimized_scheduler=false`: XLA:CPU in jax 0.10 can hang on vmapped training
       with that scheduler;
     - one XLA:CPU device per core (one device keeps one core busy), over which the harness splits the agents
       (`--num-devices 1`: one device). A host device count already in XLA_FLAGS wins.
-    Then, for the command line (`module_name == "__main__"`), joins a multi-process run (`start_processes`).
-    Importing the harness changes nothing of this: a program that imports a script or the harness as a library
-    gets the same flags only from this call."""
+    and, from the command line, joins a multi-process run (`start_processes`). Importing the harness changes none of
+    this: a program that imports a script or the harness as a library gets the flags only from this call."""
+    main = module_name == "__main__"
+    if main and {"-h", "--help"} & set(sys.argv[1:]):
+        try:
+            with open(help_cache_path(sys.modules["__main__"].__file__), encoding="utf-8") as f:
+                sys.stdout.write(f.read())
+            sys.exit(0)
+        except OSError:
+            pass  # no cache yet: tyro prints the help once the script is imported, and harness.run fills the cache
+    elif main and _process_id() == "0":  # a first line at once: the imports take seconds
+        print(f"{os.path.basename(sys.argv[0])}: loading JAX and the environments ...", flush=True)
     flags = os.environ.get("XLA_FLAGS", "")
     if "concurrency_optimized_scheduler" not in flags:
         flags += " --xla_cpu_enable_concurrency_optimized_scheduler=false"
     if "xla_force_host_platform_device_count" not in flags:
         flags += f" --xla_force_host_platform_device_count={available_cores()}"
     os.environ["XLA_FLAGS"] = flags.strip()
-    if module_name == "__main__":
+    if main:
+        from harness.scale import start_processes
+
         start_processes()
+
+
+def _process_id() -> str:
+    """This process's --process-id on the command line ("0" when not given)."""
+    argv = sys.argv[1:]
+    for i, arg in enumerate(argv):
+        if arg.startswith(("--process-id=", "--process_id=")):
+            return arg.split("=", 1)[1]
+        if arg in ("--process-id", "--process_id") and i + 1 < len(argv):
+            return argv[i + 1]
+    return "0"
+
+
+def help_cache_path(script: str) -> str:
+    """Where a script's --help text is kept: named by a hash of everything that shapes it (the script, the harness,
+    tyro's version, the terminal's width and whether it is one), under $XDG_CACHE_HOME/scanrl/help."""
+    import shutil
+    from importlib.metadata import version
+
+    digest = hashlib.sha256()
+    here = os.path.dirname(os.path.abspath(__file__))
+    sources = sorted(os.path.join(here, name) for name in os.listdir(here) if name.endswith(".py"))
+    for path in [os.path.abspath(script), *sources]:
+        with open(path, "rb") as f:
+            digest.update(path.encode() + b"\0" + f.read())
+    digest.update(f"{version('tyro')} {shutil.get_terminal_size().columns} {sys.stdout.isatty()}".encode())
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return os.path.join(root, "scanrl", "help", f"{os.path.basename(script)}-{digest.hexdigest()[:16]}.txt")

@@ -89,7 +89,9 @@ class RunDirectory:
 
     def finish_wandb(self, summaries=None, images=None, exit_code=0):
         for p, wandb_run in enumerate(self.wandb_runs):
-            finish_wandb(wandb_run, summaries and summaries[p], images[p] if images else (), exit_code)
+            summary = summaries and summaries[p]
+            finish_wandb(wandb_run, summary, images[p] if images else (), exit_code,
+                         step=summary.get("env_steps") if summary else None)
 
     def write_summaries(self, algorithm, history, eval_returns, stats, extra):
         """Per point: learning_curve.png, summary.json and the algorithm's own outputs; with --sweep the run's
@@ -192,7 +194,8 @@ def plural(count, noun):
 
 class MetricsCsv:
     """<run dir>/metrics.csv, one row per iteration and agent, appended as each chunk ends: a killed run loses at
-    most the chunk it was in. Rows go iteration by iteration, so any chunking writes the same file."""
+    most the chunk it was in. Rows go iteration by iteration, so any chunking writes the same file. Its `iteration`
+    counts from 1, as the progress lines and the checkpoints (checkpoints/<iterations done>) do."""
 
     def __init__(self, path, keys, seeds, history=None, make_dir=False):
         """A new file with its header, and with the rows of `history` {key: (agents, iterations)} when resuming;
@@ -217,7 +220,7 @@ class MetricsCsv:
         columns = [np.asarray(metrics[k]).astype(np.int64) if k in COUNTS else metrics[k] for k in self.keys]
         for u in range(metrics["env_steps"].shape[1]):
             for i, seed in enumerate(self.seeds):
-                writer.writerow([seed, first + u, *(c[i, u] for c in columns)])
+                writer.writerow([seed, first + u + 1, *(c[i, u] for c in columns)])  # iterations done, 1 to N
 
 
 def describe_returns(returns):
@@ -264,6 +267,7 @@ class Progress:
         self.seed, self.num_seeds, self.points, self.keys = config.seed, config.num_seeds, points, keys
         self.agents = np.sort(agents)  # the agents this process trains
         self.period = period
+        self.last = None  # the run's last iteration: always shown (and logged), whatever the period
         self.wandb_runs = wandb_runs  # one per sweep point, or none
         self.start = time.perf_counter()
         self.start_steps = 0  # env steps per agent already done when `start` was taken (a resumed run)
@@ -273,7 +277,7 @@ class Progress:
     def show(self, start, count, rows):
         """`rows`: the metrics of iterations start .. start + count - 1 (and unused rows after), as arrays over all
         agents split over the devices; this process reads its own shards (waiting for them)."""
-        due = [i for i in range(count) if (start + i + 1) % self.period == 0]
+        due = [i for i in range(count) if (start + i + 1) % self.period == 0 or start + i == self.last]
         if not due:
             return
         local = {k: np.concatenate([np.asarray(shard.data) for shard in

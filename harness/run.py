@@ -82,13 +82,16 @@ def main(algorithm, config=None):
 def parse_flags(algorithm):
     """tyro's parse of the command line; its error box (a bad value, an unknown flag) becomes our one line
     `error: ...` naming the flag, exit 2 as before. --help prints as tyro prints it."""
-    captured = io.StringIO()
+    captured, printed = io.StringIO(), io.StringIO()
     try:
-        with contextlib.redirect_stderr(captured):
+        with contextlib.redirect_stderr(captured), contextlib.redirect_stdout(printed):
             return tyro.cli(algorithm.config, description=describe(algorithm))
     except SystemExit as exit_:
         if exit_.code in (0, None):
+            sys.stdout.write(printed.getvalue())
             sys.stderr.write(captured.getvalue())
+            if printed.getvalue() and {"-h", "--help"} & set(sys.argv[1:]):
+                cache_help(algorithm, printed.getvalue())
             raise
         # The box: a title line (the kind of error), the message (wrapped over lines, naming the flag), a rule.
         message = []
@@ -98,6 +101,20 @@ def parse_flags(algorithm):
                 break
             message.append(text)
         raise ConfigError(f"{' '.join(message) or 'cannot parse the command line'} (see --help)") from None
+
+
+def cache_help(algorithm, text):
+    """Keeps --help's text for `prepare_jax` to print at once the next time (written whole, then renamed)."""
+    from harness import help_cache_path
+
+    path = help_cache_path(sys.modules[algorithm.make_train_parts.__module__].__file__)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(f"{path}.{os.getpid()}.tmp", "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(f"{path}.{os.getpid()}.tmp", path)
+    except OSError:
+        pass  # no cache: the next --help takes as long as this one
 
 
 def describe(algorithm) -> str:
@@ -124,6 +141,15 @@ def check(algorithm, config):
         raise ConfigError(f"--num-chunks {config.num_chunks} is more than the {iterations} iterations of this run; "
                           f"use 1 to {iterations}")
     return config, points
+
+
+def steps_per_iteration(algorithm, config) -> int | None:
+    """Env steps per agent in one iteration, where `num_iterations` is `total_timesteps // steps per iteration`
+    (every script's is); None where it is not."""
+    iterations = algorithm.num_iterations(config)
+    scaled = dataclasses.replace(config, total_timesteps=config.total_timesteps << 20)
+    step = round(scaled.total_timesteps / max(1, algorithm.num_iterations(scaled)))
+    return step if step and iterations == config.total_timesteps // step else None
 
 
 def default_chunks(num_iterations, wanted) -> int:
@@ -339,9 +365,13 @@ def train(algorithm, config, points):
         if job.lead:
             described = (f"{plural(config.num_seeds, 'seed')} x {len(points)} sweep points" if run_dir.sweep
                          else plural(len(job.keys), "agent"))
-            print(f"{algorithm.name} on {config.env}: {described} x {config.total_timesteps} steps in "
-                  f"{config.num_chunks} chunk(s) on {job.mesh.devices.size} device(s), run dir {run_dir.path}",
-                  flush=True)
+            step = steps_per_iteration(algorithm, config)
+            steps = f"{config.total_timesteps:,} steps"
+            if step and job.num_iterations * step != config.total_timesteps:  # say so where it rounds down
+                steps = (f"{job.num_iterations * step:,} steps (--total-timesteps {config.total_timesteps:,} in whole "
+                         f"iterations of {step:,})")
+            print(f"{algorithm.name} on {config.env}: {described} x {steps} in {config.num_chunks} chunk(s) on "
+                  f"{job.mesh.devices.size} device(s), run dir {run_dir.path}", flush=True)
         compiled, compile_s = compile_training(job, run_dir)
         run_dir.start_wandb()
         progress.wandb_runs = run_dir.wandb_runs
@@ -356,7 +386,7 @@ def train(algorithm, config, points):
                     return
                 if job.lead:
                     run_dir.open_metrics(algorithm.metric_keys_of(config), history)
-                progress.start = time.perf_counter()
+                progress.start, progress.last = time.perf_counter(), job.num_iterations - 1
                 progress.start_steps = int(history["env_steps"][0, done - 1]) if done else 0
                 runner, history = train_chunks(job, compiled, runner, history, done, checkpoints, run_dir, progress,
                                                stop)
@@ -375,8 +405,8 @@ def summarize(job, runner, history, run_dir, extra, start_steps):
     """The final evaluation of every agent, the end-of-run report and the run directory's summaries."""
     algorithm, config, keys = job.algorithm, job.config, job.keys
     if job.lead:
-        print(f"trained in {extra['train_s']:.1f} s; evaluating the {len(keys)} agent(s) on {config.eval_episodes} "
-              "episodes each, then writing the summaries and plots", flush=True)
+        print(f"trained in {extra['train_s']:.1f} s; evaluating {plural(len(keys), 'agent')} on "
+              f"{plural(config.eval_episodes, 'episode')} each, then writing the summaries and plots", flush=True)
     evaluate = over_agents(lambda key, runner, swept: make_evaluate(algorithm, job.parts(swept)[0])(key, runner),
                            job.mesh, (0, 0, 0))
     eval_returns, stats = gather(evaluate(to_agents(evaluation_keys(keys), job.sharding), runner, job.swept),

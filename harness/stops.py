@@ -40,7 +40,7 @@ def nonfinite_stop(names, first, flags, last_good, hint):
     bad = ", ".join(str(names[i]) for i in agents[:8]) + (f" and {len(agents) - 8} more" if len(agents) > 8 else "")
     kept = f"the last good checkpoint is at iteration {last_good}" if last_good else "no checkpoint was written"
     return RunStopped(f"error: non-finite loss or parameters in seed(s) {bad}, first at iteration "
-                      f"{first + iterations.min()} (metrics.csv's numbering); training stopped, {kept}. "
+                      f"{first + iterations.min() + 1} (metrics.csv's numbering); training stopped, {kept}. "
                       f"{hint[0].upper()}{hint[1:]}", 1)
 
 

@@ -34,15 +34,16 @@ def start_wandb(config, name, run_dir, group, values):
         return None
 
 
-def finish_wandb(wandb_run, summary=None, image_paths=(), exit_code=0):
-    """Logs the images and the summary, then ends the run."""
+def finish_wandb(wandb_run, summary=None, image_paths=(), exit_code=0, step=None):
+    """Logs the images (at `step`, the run's last env step, where its last metrics are), and the summary, then ends
+    the run."""
     def _finish():
         import os
 
         import wandb
 
         if image_paths:
-            wandb_run.log({os.path.splitext(os.path.basename(p))[0]: wandb.Image(p) for p in image_paths})
+            wandb_run.log({os.path.splitext(os.path.basename(p))[0]: wandb.Image(p) for p in image_paths}, step=step)
         if summary:
             wandb_run.summary.update(summary)
         wandb_run.finish(exit_code=exit_code)

@@ -190,17 +190,17 @@ def test_nonfinite_stops_run_and_keeps_last_good_checkpoint(case, tmp_path, caps
     rows = read_csv(run_dir / "metrics.csv")
     flagged = [(int(row[0]), int(row[1])) for row in rows[1:] if row[-1] == "True"]
     assert rows[0][-1] == "nonfinite" and flagged, "the planted divergence did not happen"
-    first = min(u for _, u in flagged)
+    first = min(u for _, u in flagged)  # metrics.csv counts iterations from 1
     seeds = sorted({s for s, u in flagged if u == first})
     chunk = module.num_iterations(config) // config.num_chunks
-    last_good = first // chunk * chunk
+    last_good = (first - 1) // chunk * chunk
     assert last_good > 0, "the plant diverges in the first chunk: no good checkpoint to check"
     assert code == 1
     assert err[-1].startswith(f"error: non-finite loss or parameters in seed(s) {', '.join(map(str, seeds))}, "
                               f"first at iteration {first} "), err
     assert f"the last good checkpoint is at iteration {last_good}" in err[-1]
     assert not (run_dir / "summary.json").exists()
-    assert max(int(row[1]) for row in rows[1:]) == last_good + chunk - 1  # the bad chunk's rows are written too
+    assert max(int(row[1]) for row in rows[1:]) == last_good + chunk  # the bad chunk's rows are written too
     step, params = restore_params(module, config, run_dir)
     assert step == last_good and all(np.isfinite(p).all() for p in params if p.dtype.kind == "f")
 
@@ -259,6 +259,7 @@ def test_run_writes_every_output(run_script, tmp_path):
     result = run_script("ppo.py", "--num-seeds", "2", "--total-timesteps", "2048", "--log-every", "1",
                         "--run-name", "small", "--track")
     assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == "ppo.py: loading JAX and the environments ..."  # before the imports
     assert "compiled in" in result.stdout and "iteration      4  env_steps       2048" in result.stdout
     run_dir, summary = read_run(tmp_path / "runs")
     assert run_dir.name == "small"
@@ -276,7 +277,7 @@ def test_run_writes_every_output(run_script, tmp_path):
     assert len(summary["final_return"]) == 2 and all(r is not None and r > 0 for r in summary["eval_return"])
     rows = read_csv(run_dir / "metrics.csv")
     assert rows[0][:3] == ["seed", "iteration", "env_steps"] and rows[0][-1] == "nonfinite"
-    assert [row[:3] for row in rows[1:3]] == [["0", "0", "512"], ["1", "0", "512"]] and len(rows) == 1 + 2 * 4
+    assert [row[:3] for row in rows[1:3]] == [["0", "1", "512"], ["1", "1", "512"]] and len(rows) == 1 + 2 * 4
     assert (run_dir / "learning_curve.png").stat().st_size > 1000
     assert checkpoint_steps(run_dir) == [4]
     offline = list((run_dir / "wandb").glob("offline-run-*"))
@@ -292,9 +293,14 @@ def test_wandb_failure_does_not_stop_training(tmp_path, capsys, monkeypatch):
     read_run(tmp_path / "runs")
 
 
-def test_help_lists_the_shared_flags_and_what_can_be_swept(run_script):
-    result = run_script("ppo.py", "--help", add_out_dir=False)
-    assert result.returncode == 0
+def test_help_lists_the_shared_flags_and_what_can_be_swept(run_script, tmp_path):
+    """--help as tyro prints it; a second --help prints the same text from the cache the first filled, before the
+    script's heavy imports (prepare_jax)."""
+    cache = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    result = run_script("ppo.py", "--help", add_out_dir=False, env_overrides=cache)
+    assert result.returncode == 0 and len(list((tmp_path / "cache" / "scanrl" / "help").iterdir())) == 1
+    again = run_script("ppo.py", "--help", add_out_dir=False, env_overrides=cache)
+    assert again.returncode == 0 and again.stdout == result.stdout and not again.stderr
     for flag in ("--env", "--seed", "--num-seeds", "--total-timesteps", "--track", "--wandb-project",
                  "--wandb-entity", "--wandb-group", "--out-dir", "--run-name", "--log-every", "--num-chunks",
                  "--resume", "--eval", "--gif", "--sweep", "--num-devices", "--coordinator-address",

@@ -40,7 +40,7 @@ def fake_run(out_dir, e: learning.Entry, eval_return, final_return, metrics):
 
 def curve_rows(num_seeds, iterations=6):
     """Every seed ends one episode per iteration, with return seed + iteration."""
-    return [(s, i, 100 * (i + 1), 1, float(s + i)) for i in range(iterations) for s in range(num_seeds)]
+    return [(s, i + 1, 100 * (i + 1), 1, float(s + i)) for i in range(iterations) for s in range(num_seeds)]
 
 
 def table_row(text, name):

@@ -116,7 +116,7 @@ def test_metrics_csv_writes_counts_as_integers(tmp_path):
                "episode_return": np.array([[20.5]])}
     records.MetricsCsv(str(tmp_path / "metrics.csv"), list(metrics), [0]).append(0, metrics)
     rows = list(csv.reader(open(tmp_path / "metrics.csv")))
-    assert rows == [["seed", "iteration", "env_steps", "episodes", "episode_return"], ["0", "0", "512", "21", "20.5"]]
+    assert rows == [["seed", "iteration", "env_steps", "episodes", "episode_return"], ["0", "1", "512", "21", "20.5"]]
 
 
 def test_progress_lines_carry_returns_forward(capsys):
