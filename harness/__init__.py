@@ -106,7 +106,8 @@ def _process_id() -> str:
 
 def help_cache_path(script: str) -> str:
     """Where a script's --help text is kept: named by a hash of everything that shapes it (the script, the harness,
-    tyro's version, the terminal's width and whether it is one), under $XDG_CACHE_HOME/scanrl/help."""
+    how the script was named on the command line, tyro's version, the terminal's width and whether it is one), under
+    $XDG_CACHE_HOME/scanrl/help."""
     import shutil
     from importlib.metadata import version
 
@@ -116,6 +117,8 @@ def help_cache_path(script: str) -> str:
     for path in [os.path.abspath(script), *sources]:
         with open(path, "rb") as f:
             digest.update(path.encode() + b"\0" + f.read())
-    digest.update(f"{version('tyro')} {shutil.get_terminal_size().columns} {sys.stdout.isatty()}".encode())
+    # tyro names the program as it was started (sys.argv[0]) and fits the text to the terminal
+    digest.update(f"{sys.argv[0]} {version('tyro')} {shutil.get_terminal_size().columns} {sys.stdout.isatty()}"
+                  .encode())
     root = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
     return os.path.join(root, "scanrl", "help", f"{os.path.basename(script)}-{digest.hexdigest()[:16]}.txt")

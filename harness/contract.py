@@ -2,7 +2,7 @@
 
 A tiny run of the script (2 seeds, 4 iterations in 4 chunks, unless the flags say otherwise) in a temporary
 directory, then:
-- `make_train(Config(...))` trains one agent, as the README uses it;
+- `make_train(Config(...))` makes one agent's whole run, as the README uses it (traced; the run compiles it);
 - the run names itself after the script's file (a copy of ppo.py saved as ppo_kl.py writes `ppo_kl` runs), and
   `--eval` of another script's run exits 2 naming both;
 - `--resume` of the run cut after its second chunk gives the uninterrupted run's metrics.csv, summary and
@@ -26,6 +26,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 import traceback
 
 import numpy as np
@@ -88,13 +89,14 @@ def run_main(module, config):
 
 
 def check_make_train(module, config):
+    """make_train of the plain config traces to one agent's whole run (its compiled form is what the run checks)."""
     import jax
 
     config = module.ALGORITHM.resolve(dataclasses.replace(config, num_chunks=None))
-    _, metrics = jax.jit(module.make_train(config))(jax.random.PRNGKey(config.seed))
+    _, metrics = jax.eval_shape(module.make_train(config), jax.random.PRNGKey(config.seed))
     rows = module.ALGORITHM.num_iterations(config)
-    if np.shape(metrics["env_steps"]) != (rows,):
-        raise ContractFailure(f"make_train's env_steps have shape {np.shape(metrics['env_steps'])}, not ({rows},)")
+    if metrics["env_steps"].shape != (rows,):
+        raise ContractFailure(f"make_train's env_steps have shape {metrics['env_steps'].shape}, not ({rows},)")
     return f"{rows} iterations"
 
 
@@ -201,6 +203,27 @@ def changed_metrics(algorithm, config, values):
             if not all(np.array_equal(metrics[k][0], metrics[k][i], equal_nan=True) for k in keys)]
 
 
+def traces_with(algorithm, config, name, value) -> bool:
+    """Whether one agent's init, two iterations and evaluation trace with `name` swept (a traced scalar)."""
+    import jax
+
+    from harness.evaluation import make_evaluate
+    from harness.scale import agent_parts, dtype_of
+
+    parts = agent_parts(algorithm, config)
+
+    def one_agent(value):
+        agent_config, init, run = parts({name: value})
+        runner, metrics = run(0, init(jax.random.PRNGKey(0)), jax.numpy.arange(2, dtype=np.int32))
+        return metrics, make_evaluate(algorithm, agent_config, with_stats=False)(jax.random.PRNGKey(0), runner)
+
+    try:
+        jax.eval_shape(one_agent, jax.ShapeDtypeStruct((), dtype_of(config, name)))
+        return True
+    except Exception:
+        return False
+
+
 def check_fields(module, config):
     """Each numeric field: fixed per program, read and changing the metrics, or read nowhere with this config (what
     --sweep refuses with one line). A field that is read but changes no metric fails: a sweep of it would train
@@ -222,13 +245,10 @@ def check_fields(module, config):
         others = other_values(getattr(config, name), accepted)
         if not others:
             fixed.append(f"{name} (no other value accepted)")
-            continue
-        try:
-            check_swept(algorithm, dataclasses.replace(config, sweep=("contract",)), [{name: others[0]}])
-        except ConfigError as error:
-            (fixed if "needs one value" in str(error) else unread).append(name)
-            continue
-        candidates[name] = others
+        elif not traces_with(algorithm, config, name, others[0]):
+            fixed.append(name)
+        else:
+            candidates[name] = others
     changed, left = [], dict(candidates)
     for attempt in range(2):  # a tiny run may not show a value's effect: a second value for those that showed none
         values = {k: v[attempt] for k, v in left.items() if len(v) > attempt}
@@ -236,6 +256,12 @@ def check_fields(module, config):
             shown = changed_metrics(algorithm, config, values)
             changed += shown
             left = {k: v for k, v in left.items() if k not in shown}
+    for name in list(left):  # no effect: read nowhere (what --sweep refuses), or read to no effect (a failure)
+        try:
+            check_swept(algorithm, dataclasses.replace(config, sweep=("contract",)), [{name: left[name][0]}])
+        except ConfigError:
+            unread.append(name)
+            del left[name]
     notes = (f"fixed per program: {', '.join(fixed) or '-'}; read nowhere with this config (--sweep refuses them): "
              f"{', '.join(unread) or '-'}")
     if left:
@@ -267,7 +293,7 @@ def main(argv=None) -> int:
         print(f"contract of {algorithm.script}: {config.num_seeds} seeds x {config.total_timesteps} steps on "
               f"{config.env} in {config.num_chunks} chunks", flush=True)
         checks = [
-            ("make_train(Config(...)) trains one agent", lambda: check_make_train(module, config)),
+            ("make_train(Config(...)) makes one agent's run", lambda: check_make_train(module, config)),
             ("a run", lambda: (run_main(module, config), "")[1]),
             ("the run is named after the script", lambda: check_name(module, config, whole)),
             ("--resume equals the uninterrupted run", lambda: check_resume(module, config, whole)),
@@ -277,9 +303,11 @@ def main(argv=None) -> int:
         ]
         failed = 0
         for title, fn in checks:
+            start = time.perf_counter()
             try:
                 detail = fn()
-                print(f"  ok    {title}{': ' + detail if detail else ''}", flush=True)
+                print(f"  ok    {title}{': ' + detail if detail else ''} ({time.perf_counter() - start:.1f} s)",
+                      flush=True)
             except ContractFailure as failure:
                 failed += 1
                 print(f"  FAIL  {title}: {failure}", flush=True)

@@ -83,14 +83,16 @@ def parse_flags(algorithm):
     """tyro's parse of the command line; its error box (a bad value, an unknown flag) becomes our one line
     `error: ...` naming the flag, exit 2 as before. --help prints as tyro prints it."""
     captured, printed = io.StringIO(), io.StringIO()
+    helping = bool({"-h", "--help"} & set(sys.argv[1:]))  # then the help text is kept for prepare_jax
     try:
-        with contextlib.redirect_stderr(captured), contextlib.redirect_stdout(printed):
+        with contextlib.redirect_stderr(captured), (contextlib.redirect_stdout(printed) if helping
+                                                    else contextlib.nullcontext()):
             return tyro.cli(algorithm.config, description=describe(algorithm))
     except SystemExit as exit_:
         if exit_.code in (0, None):
             sys.stdout.write(printed.getvalue())
             sys.stderr.write(captured.getvalue())
-            if printed.getvalue() and {"-h", "--help"} & set(sys.argv[1:]):
+            if helping and printed.getvalue():
                 cache_help(algorithm, printed.getvalue())
             raise
         # The box: a title line (the kind of error), the message (wrapped over lines, naming the flag), a rule.

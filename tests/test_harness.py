@@ -151,9 +151,10 @@ def test_a_compile_cache_hit_gives_identical_results(tmp_path):
 
 @pytest.fixture(scope="module")
 def finished_runs(tmp_path_factory):
-    """One finished tiny run per case (every checkpoint kept), made once, copied by the tests that change it."""
+    """Finished tiny runs of ppo and the tabular learner (every checkpoint kept), made once, copied by the tests that
+    change them (every case's resume and eval: the contract check, tests/test_forking.py)."""
     runs = {}
-    for case in CASES:
+    for case in ("ppo", "tabular_q"):
         out_dir = tmp_path_factory.mktemp(case)
         module, config = tiny_config(case, out_dir, run_name="whole", keep_checkpoints=4)
         module.main(config)

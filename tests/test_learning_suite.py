@@ -108,8 +108,8 @@ def test_report_numbers_come_from_the_run_directories(fabricated, tmp_path):
 
 
 def test_read_curve_averages_the_episodes_of_each_stretch(tmp_path):
-    rows = [(0, 0, 100, 1, 10.0), (1, 0, 100, 0, "nan"), (0, 1, 200, 3, 20.0), (1, 1, 200, 0, "nan"),
-            (0, 2, 300, 0, "nan"), (1, 2, 300, 1, 5.0), (0, 3, 400, 2, 40.0), (1, 3, 400, 1, 15.0)]
+    rows = [(0, 1, 100, 1, 10.0), (1, 1, 100, 0, "nan"), (0, 2, 200, 3, 20.0), (1, 2, 200, 0, "nan"),
+            (0, 3, 300, 0, "nan"), (1, 3, 300, 1, 5.0), (0, 4, 400, 2, 40.0), (1, 4, 400, 1, 15.0)]
     e = learning.entry("curve", "ppo", "ppo.py", "CartPole-v1", 400, 2)
     run_dir = fake_run(tmp_path, e, [1.0, 1.0], [1.0, 1.0], rows)
     steps, returns = learning.read_curve(str(run_dir), points=2)
