@@ -23,7 +23,6 @@ Importing the harness makes no JAX backend and changes no environment variable. 
 backend is made, and a multi-process run must start `jax.distributed` before one exists.
 """
 
-import hashlib
 import importlib
 import os
 import sys
@@ -34,7 +33,7 @@ _EXPORTS = {"Algorithm": "algorithm", "ConfigError": "flags", "Flags": "flags", 
             "require_count": "flags", "require_positive": "flags", "require_rollouts": "flags", "report": "records",
             "check": "run", "main": "run", "start_processes": "scale", "all_finite": "stops"}
 
-__all__ = ["available_cores", "fast", "help_cache_path", "prepare_jax", *_EXPORTS]
+__all__ = ["available_cores", "fast", "prepare_jax", "print_help", *_EXPORTS]
 
 
 def __getattr__(name):
@@ -61,10 +60,10 @@ def available_cores() -> int:
 
 
 def prepare_jax(module_name: str):
-    """The first call of a script, before its other imports. From the command line (`module_name == "__main__"`),
-    it answers --help from the cache a first --help filled (`help_cache_path`: the text tyro printed, for these exact
-    sources), or says that the libraries are loading. Then it adds to the user's XLA_FLAGS, which XLA reads once,
-    when it makes its backend (`import envs` does: gymnax makes arrays on import):
+    """The first call of a script, before its other imports. From the command line (`module_name == "__main__"`), it
+    answers --help at once from the script's `Config` alone (`print_help`), or prints a first line while the
+    libraries load. Then it adds to the user's XLA_FLAGS, which XLA reads once, when it makes its backend (`import
+    envs` does: gymnax makes arrays on import):
     - `--xla_cpu_enable_concurrency_optimized_scheduler=false`: XLA:CPU in jax 0.10 can hang on vmapped training
       with that scheduler;
     - one XLA:CPU device per core (one device keeps one core busy), over which the harness splits the agents
@@ -73,12 +72,7 @@ def prepare_jax(module_name: str):
     this: a program that imports a script or the harness as a library gets the flags only from this call."""
     main = module_name == "__main__"
     if main and {"-h", "--help"} & set(sys.argv[1:]):
-        try:
-            with open(help_cache_path(sys.modules["__main__"].__file__), encoding="utf-8") as f:
-                sys.stdout.write(f.read())
-            sys.exit(0)
-        except OSError:
-            pass  # no cache yet: tyro prints the help once the script is imported, and harness.run fills the cache
+        print_help(sys.modules["__main__"])  # exits, unless the Config needs the script's other names
     elif main and _process_id() == "0":  # a first line at once: the imports take seconds
         print(f"{os.path.basename(sys.argv[0])}: loading JAX and the environments ...", flush=True)
     flags = os.environ.get("XLA_FLAGS", "")
@@ -104,21 +98,31 @@ def _process_id() -> str:
     return "0"
 
 
-def help_cache_path(script: str) -> str:
-    """Where a script's --help text is kept: named by a hash of everything that shapes it (the script, the harness,
-    how the script was named on the command line, tyro's version, the terminal's width and whether it is one), under
-    $XDG_CACHE_HOME/scanrl/help."""
-    import shutil
-    from importlib.metadata import version
+# Modules a script's Config may use that cost nothing to import (its dataclass and type hints).
+_LIGHT_MODULES = ("dataclasses", "typing", "collections", "enum", "harness")
 
-    digest = hashlib.sha256()
-    here = os.path.dirname(os.path.abspath(__file__))
-    sources = sorted(os.path.join(here, name) for name in os.listdir(here) if name.endswith(".py"))
-    for path in [os.path.abspath(script), *sources]:
-        with open(path, "rb") as f:
-            digest.update(path.encode() + b"\0" + f.read())
-    # tyro names the program as it was started (sys.argv[0]) and fits the text to the terminal
-    digest.update(f"{sys.argv[0]} {version('tyro')} {shutil.get_terminal_size().columns} {sys.stdout.isatty()}"
-                  .encode())
-    root = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return os.path.join(root, "scanrl", "help", f"{os.path.basename(script)}-{digest.hexdigest()[:16]}.txt")
+
+def print_help(script):
+    """--help of the running `script` module (not yet past its first lines) from its `Config` class alone: the class
+    and the script's light imports (`_LIGHT_MODULES`) run in its namespace, then tyro prints the help the full
+    script would print, and the process exits 0. Returns where the Config needs more of the script (a name defined
+    elsewhere in it): then the script's own parse prints the help, after its heavy imports."""
+    import ast
+
+    import tyro
+
+    from harness.flags import description
+
+    try:
+        with open(script.__file__, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), script.__file__)
+        light = [node for node in tree.body if isinstance(node, ast.Import | ast.ImportFrom) and all(
+            name.split(".")[0] in _LIGHT_MODULES for name in
+            ([node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]))]
+        config = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Config"]
+        if len(config) != 1:
+            return
+        exec(compile(ast.Module(body=light + config, type_ignores=[]), script.__file__, "exec"), vars(script))
+    except Exception:  # the Config needs the rest of the script
+        return
+    tyro.cli(script.Config, description=description(script.__doc__))

@@ -96,6 +96,13 @@ MAX_SEED = 2**32 - 1  # a JAX key holds a 32-bit seed here; larger ones would al
 MAX_COUNT = 2**31 - 1  # step, iteration and update counters are int32 inside the compiled programs
 
 
+def description(module_doc) -> str:
+    """--help's description: the first paragraph of the script's docstring and what --sweep can vary."""
+    summary = (module_doc or "").strip().split("\n\n")[0]
+    return (f"{summary}\n\n--sweep can vary the script's own numeric fields (lr is learning_rate), those that do "
+            "not set a shape or a loop length; each agent reads its value as config.<field>")
+
+
 def flag(name: str) -> str:
     """The command-line flag of a config field: num_seeds -> --num-seeds."""
     return "--" + name.replace("_", "-")

@@ -20,7 +20,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from harness import compile_cache
 from harness.checkpoints import Checkpoints
 from harness.evaluation import evaluate_run, evaluation_keys, make_evaluate
-from harness.flags import ConfigError, check_flags, given_fields, resumed_config
+from harness.flags import ConfigError, check_flags, description, given_fields, resumed_config
 from harness.records import Progress, RunDirectory, plural
 from harness.scale import (
     agent_layout,
@@ -82,18 +82,13 @@ def main(algorithm, config=None):
 def parse_flags(algorithm):
     """tyro's parse of the command line; its error box (a bad value, an unknown flag) becomes our one line
     `error: ...` naming the flag, exit 2 as before. --help prints as tyro prints it."""
-    captured, printed = io.StringIO(), io.StringIO()
-    helping = bool({"-h", "--help"} & set(sys.argv[1:]))  # then the help text is kept for prepare_jax
+    captured = io.StringIO()
     try:
-        with contextlib.redirect_stderr(captured), (contextlib.redirect_stdout(printed) if helping
-                                                    else contextlib.nullcontext()):
+        with contextlib.redirect_stderr(captured):
             return tyro.cli(algorithm.config, description=describe(algorithm))
     except SystemExit as exit_:
         if exit_.code in (0, None):
-            sys.stdout.write(printed.getvalue())
             sys.stderr.write(captured.getvalue())
-            if helping and printed.getvalue():
-                cache_help(algorithm, printed.getvalue())
             raise
         # The box: a title line (the kind of error), the message (wrapped over lines, naming the flag), a rule.
         message = []
@@ -105,25 +100,9 @@ def parse_flags(algorithm):
         raise ConfigError(f"{' '.join(message) or 'cannot parse the command line'} (see --help)") from None
 
 
-def cache_help(algorithm, text):
-    """Keeps --help's text for `prepare_jax` to print at once the next time (written whole, then renamed)."""
-    from harness import help_cache_path
-
-    path = help_cache_path(sys.modules[algorithm.make_train_parts.__module__].__file__)
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(f"{path}.{os.getpid()}.tmp", "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(f"{path}.{os.getpid()}.tmp", path)
-    except OSError:
-        pass  # no cache: the next --help takes as long as this one
-
-
 def describe(algorithm) -> str:
-    """--help's description: the first paragraph of the script's docstring and the fields --sweep can vary."""
-    summary = (sys.modules[algorithm.make_train_parts.__module__].__doc__ or "").strip().split("\n\n")[0]
-    return (f"{summary}\n\n--sweep can vary the script's own numeric fields (lr is learning_rate), those that do "
-            "not set a shape or a loop length; each agent reads its value as config.<field>")
+    """--help's description (`flags.description` of the script's docstring)."""
+    return description(sys.modules[algorithm.make_train_parts.__module__].__doc__)
 
 
 def check(algorithm, config):
