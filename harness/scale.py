@@ -18,7 +18,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import PartitionSpec
 
 from harness import jax_private
-from harness.flags import ConfigError, flag, require_finite
+from harness.flags import MAX_COUNT, ConfigError, flag, require_finite
 from harness.jax_private import coordination_client
 
 
@@ -221,6 +221,9 @@ def sweep_points(algorithm, config) -> list[dict]:
             if not all(v.is_integer() for v in parsed):
                 raise ConfigError(f"--sweep {spec!r}: {flag(name)} takes whole numbers")
             parsed = [int(v) for v in parsed]
+            if any(abs(v) > MAX_COUNT for v in parsed):
+                raise ConfigError(f"--sweep {spec!r}: {flag(name)} is an int32 inside the compiled program; keep its "
+                                  f"values within +-{MAX_COUNT:,}")
         if len(set(parsed)) < len(parsed):
             raise ConfigError(f"--sweep {spec!r} repeats a value")
         fields.append(name)

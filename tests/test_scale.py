@@ -203,6 +203,7 @@ def test_bad_sweep_specs_exit_2_with_one_line(capsys, tmp_path):
         "anneal_lr=0,1": "only the script's own numeric fields",
         "total_timesteps=1024,2048": "only the script's own numeric fields",
         "update_epochs=1.5,2": "takes whole numbers",
+        "num_steps=1,3000000000": "is an int32 inside the compiled program",
         field: "malformed",
         f"{field}=": "malformed",
         f"{field}=a,b": "must be numbers",
