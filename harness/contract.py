@@ -126,12 +126,11 @@ def restored_leaves(module, config, run_dir):
     import jax
 
     from harness.checkpoints import Checkpoints
-    from harness.scale import agent_layout, agent_parts, sweep_points
+    from harness.scale import abstract_agents, agent_layout, agent_parts, sweep_points
 
     algorithm = module.ALGORITHM
     keys, swept, _ = agent_layout(config, sweep_points(algorithm, config))
-    parts = agent_parts(algorithm, config)
-    abstract = jax.eval_shape(jax.vmap(lambda key, swept: parts(swept)[1](key)), keys, swept)
+    abstract = abstract_agents(agent_parts(algorithm, config), keys, swept)
     with Checkpoints(run_dir) as checkpoints:
         runner, _, step = checkpoints.restore("--eval", algorithm.name, config, abstract, False)
     return step, [np.asarray(x) for x in jax.tree.leaves(runner)]
@@ -207,18 +206,10 @@ def traces_with(algorithm, config, name, value) -> bool:
     """Whether one agent's init, two iterations and evaluation trace with `name` swept (a traced scalar)."""
     import jax
 
-    from harness.evaluation import make_evaluate
-    from harness.scale import agent_parts, dtype_of
-
-    parts = agent_parts(algorithm, config)
-
-    def one_agent(value):
-        agent_config, init, run = parts({name: value})
-        runner, metrics = run(0, init(jax.random.PRNGKey(0)), jax.numpy.arange(2, dtype=np.int32))
-        return metrics, make_evaluate(algorithm, agent_config, with_stats=False)(jax.random.PRNGKey(0), runner)
+    from harness.scale import dtype_of, probe_program
 
     try:
-        jax.eval_shape(one_agent, jax.ShapeDtypeStruct((), dtype_of(config, name)))
+        jax.eval_shape(probe_program(algorithm, config, name), jax.ShapeDtypeStruct((), dtype_of(config, name)))
         return True
     except Exception:
         return False

@@ -6,7 +6,7 @@ import numpy as np
 
 from harness.checkpoints import Checkpoints
 from harness.flags import ConfigError, check_paths, read_run_config
-from harness.scale import agent_layout, agent_parts, sweep_points
+from harness.scale import abstract_agents, agent_layout, agent_parts, sweep_points
 
 # With threefry, fold_in(key, i) equals split(key, n)[i] for every i < n: folding a small number into an agent's
 # root key gives a key its init split off (fold_in(key, 1) was ppo's actor init key). No split of the root into
@@ -56,7 +56,7 @@ def evaluate_run(algorithm, config):
         raise ConfigError(f"--gif: gymnax cannot draw {run_config.env}; drop --gif, or evaluate a run on a "
                           "classic-control, MinAtar or misc env")
     parts = agent_parts(algorithm, run_config)
-    abstract_runner = jax.eval_shape(jax.vmap(lambda key, swept: parts(swept)[1](key)), keys, swept)
+    abstract_runner = abstract_agents(parts, keys, swept)
     with Checkpoints(config.eval) as checkpoints:
         restored = checkpoints.restore("--eval", name, run_config, abstract_runner, False)
     if restored is None:

@@ -23,6 +23,7 @@ from harness.evaluation import evaluate_run, evaluation_keys, make_evaluate
 from harness.flags import ConfigError, check_flags, description, given_fields, resumed_config
 from harness.records import Progress, RunDirectory, plural
 from harness.scale import (
+    abstract_agents,
     agent_layout,
     agent_parts,
     any_process,
@@ -226,12 +227,8 @@ def plan(algorithm, config, points) -> Job:
     mesh = Mesh(np.array(choose_devices(config, len(keys))), ("agents",))
     sharding = NamedSharding(mesh, PartitionSpec("agents"))
     parts = agent_parts(algorithm, config)
-
-    def init(key, swept):
-        return parts(swept)[1](key)
-
     abstract_runner = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
-                                   jax.eval_shape(jax.vmap(init), keys, swept))
+                                   abstract_agents(parts, keys, swept))
     structure = jax.tree.structure(abstract_runner)
     one_agent = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), abstract_runner)
     period = algorithm.log_period_of(config)

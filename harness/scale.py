@@ -300,6 +300,26 @@ def as_built_by(init, runner):
     return jax.tree.unflatten(jax.tree.structure(jax.eval_shape(init, key)), jax.tree.leaves(runner))
 
 
+def abstract_agents(parts, keys, swept):
+    """Every agent's initial state as shapes (`parts`: `agent_parts`), what checkpoints restore into."""
+    return jax.eval_shape(jax.vmap(lambda key, values: parts(values)[1](key)), keys, swept)
+
+
+def probe_program(algorithm, config, name):
+    """`program(value)`: one agent's init, two iterations of training and its evaluation with `value` as its swept
+    `name`: what the iterations report and the trained policy's returns (`check_swept` and the contract trace it)."""
+    from harness.evaluation import make_evaluate
+
+    parts, key = agent_parts(algorithm, config), jax.random.PRNGKey(0)
+
+    def program(value):
+        agent_config, init, run = parts({name: value})
+        runner, metrics = run(0, init(key), jnp.arange(2, dtype=jnp.int32))
+        return metrics, make_evaluate(algorithm, agent_config, with_stats=False)(key, runner)[0]
+
+    return program
+
+
 def check_swept(algorithm, config, points):
     """ConfigError naming the field, before anything is compiled or written, for a swept field the compiled program
     cannot take one value per agent of (it sets a shape, a loop length or a Python branch), and for one whose value
@@ -307,20 +327,10 @@ def check_swept(algorithm, config, points):
     does not use, or a field of a part the config switches off)."""
     if not config.sweep:
         return
-    from harness.evaluation import make_evaluate
-
-    parts = agent_parts(algorithm, config)
-    key = jax.random.PRNGKey(0)
     for name in points[0]:
-        def one_agent(value, name=name):
-            """One agent's init, two iterations of training and its evaluation, as a program of one swept value:
-            what the iterations report and the trained policy's returns."""
-            agent_config, init, run = parts({name: value})
-            runner, metrics = run(0, init(key), jnp.arange(2, dtype=jnp.int32))
-            return metrics, make_evaluate(algorithm, agent_config, with_stats=False)(key, runner)[0]
-
         try:
-            reads = jax_private.reads_its_input(one_agent, jax.ShapeDtypeStruct((), dtype_of(config, name)))
+            reads = jax_private.reads_its_input(probe_program(algorithm, config, name),
+                                                jax.ShapeDtypeStruct((), dtype_of(config, name)))
         except Exception as error:
             cause = (str(error).strip().splitlines() or [""])[0][:160]
             raise ConfigError(f"--sweep {name}: {algorithm.script} needs one value of {flag(name)} for the whole "
