@@ -7,6 +7,9 @@ Every env speaks the gymnax 1.x API (see `envs.wrappers`).
 """
 
 import difflib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import gymnax
 import jax
@@ -19,6 +22,7 @@ from envs.wrappers import (
     ClipAction,
     EpisodeStatistics,
     FlattenObservation,
+    MaskObservation,
     NormalizeObservation,
     NormalizeReward,
     RunningMeanStd,
@@ -32,8 +36,10 @@ __all__ = [
     "ClipAction",
     "EpisodeStatistics",
     "FlattenObservation",
+    "MaskObservation",
     "NormalizeObservation",
     "NormalizeReward",
+    "RecurrentPolicy",
     "RunningMeanStd",
     "VecEnv",
     "Wrapper",
@@ -48,9 +54,28 @@ __all__ = [
     "state_index",
 ]
 
+# Partially observable versions of gymnax envs (POPGym's "stateless" tasks): id -> (gymnax id, the observation
+# entries kept). CartPole-v1-masked sees the cart's position and the pole's angle, not their velocities;
+# Pendulum-v1-masked sees cos and sin of the angle, not the angular velocity.
+MASKED = {
+    "CartPole-v1-masked": ("CartPole-v1", (0, 2)),
+    "Pendulum-v1-masked": ("Pendulum-v1", (0, 1)),
+}
+
+
+def _masked(env_id):
+    def make_masked(**kwargs):
+        base_id, keep = MASKED[env_id]
+        env, env_params = gymnax.make(base_id, **kwargs)
+        return MaskObservation(env, keep), env_params
+
+    return make_masked
+
+
 # Our own envs: id -> factory(**kwargs) returning (env, env_params).
 _OUR_ENVS = {
     "GridWorld-v0": make_gridworld,
+    **{env_id: _masked(env_id) for env_id in MASKED},
 }
 
 
@@ -145,18 +170,29 @@ def max_truncations(env_params, num_envs: int, num_steps: int) -> int:
     return num_envs * min(num_steps, (num_steps - 1) // time_limit + 1)
 
 
-def next_obs_values(value_fn, values, done, terminated, next_obs, last_obs, max_truncated: int):
+def next_obs_values(value_fn, values, done, terminated, next_obs, last_obs, max_truncated: int, memory=None):
     """The value of every step's true next observation in a rollout (num_steps, num_envs), for bootstrapping:
     `values` (of each step's observation) shifted by one, and `value_fn(last_obs)` after the last step, except where
     an episode ended, where the next observation is the final one (`next_obs`, info["final_observation"]). Only a
     truncated ending bootstraps from it (a termination's is masked out by its user), and there are at most
     `max_truncated` of those (`max_truncations`), so `value_fn` sees those final observations alone, not every
-    step's. Terminated steps get a value that must not be used."""
+    step's. Terminated steps get a value that must not be used.
+
+    A critic with memory passes `memory` (num_steps, num_envs, ...): the memory each step's observation left, the
+    state its next observation is seen from. `value_fn(obs, memory)` then gets, with each observation, the memory of
+    the step before it: `memory[-1]` with `last_obs`, and the ended step's own with its final observation (the
+    episode that ended, not reset)."""
     num_steps, num_envs = values.shape
     truncated = (done * (1.0 - terminated)).reshape(-1)
     rows = jnp.nonzero(truncated, size=max_truncated, fill_value=truncated.size)[0]  # past the end: dropped below
-    final_obs = next_obs.reshape(truncated.size, *next_obs.shape[2:])[jnp.minimum(rows, truncated.size - 1)]
-    extra = value_fn(jnp.concatenate([last_obs, final_obs]))
+    rows_in = jnp.minimum(rows, truncated.size - 1)
+    final_obs = next_obs.reshape(truncated.size, *next_obs.shape[2:])[rows_in]
+    obs = jnp.concatenate([last_obs, final_obs])
+    if memory is None:
+        extra = value_fn(obs)
+    else:
+        ended = memory.reshape(truncated.size, *memory.shape[2:])[rows_in]
+        extra = value_fn(obs, jnp.concatenate([memory[-1], ended]))
     next_values = jnp.concatenate([values[1:], extra[None, :num_envs]]).reshape(-1)
     return next_values.at[rows].set(extra[num_envs:], mode="drop").reshape(num_steps, num_envs)
 
@@ -178,26 +214,53 @@ def ended_episodes(env_state_start, env_state_end, episodes, reward_sum, num_ste
     }
 
 
-def evaluate(env, env_params, act, key, num_steps: int):
-    """Plays one episode in each env of a `make_vec` env with the policy `act(obs) -> action`.
+@dataclass(frozen=True)
+class RecurrentPolicy:
+    """A policy with memory, for `evaluate` and `record_episode` (and as an algorithm's `policy` for the harness):
+    `initial_carry(num_envs)` is the memory before anything was seen, and `step(carry, obs, start) -> (carry,
+    action)` acts on a batch of observations, `start` flagging the envs whose episode begins with this observation
+    (the memory resets there). A feed-forward policy is a plain function `act(obs) -> action`."""
+
+    initial_carry: Callable[[int], Any]
+    step: Callable[[Any, Any, Any], tuple[Any, Any]]
+
+    def __call__(self, obs):
+        raise TypeError("this policy has memory: step it with RecurrentPolicy.step(carry, obs, start) from its "
+                        "initial_carry (as envs.evaluate does), not as act(obs)")
+
+
+def as_recurrent(policy) -> RecurrentPolicy:
+    """`policy` as a `RecurrentPolicy`: itself, or a feed-forward `act(obs)` with an empty memory."""
+    if isinstance(policy, RecurrentPolicy):
+        return policy
+    return RecurrentPolicy(lambda num_envs: (), lambda carry, obs, start: (carry, policy(obs)))
+
+
+def evaluate(env, env_params, policy, key, num_steps: int):
+    """Plays one episode in each env of a `make_vec` env with `policy`: `act(obs) -> action`, or a
+    `RecurrentPolicy`, whose memory starts from its initial carry and resets where an episode starts.
 
     Returns the return of each env's first episode, shape `(num_envs,)`; `num_steps` should cover the
     longest episode (the env's time limit). Evaluate on an env without normalisation wrappers and let
-    `act` normalise with training's frozen statistics (`normalize_observation`).
+    the policy normalise with training's frozen statistics (`normalize_observation`).
     """
+    policy = as_recurrent(policy)
     key_reset, key = jax.random.split(key)
     obs, state = env.reset(key_reset, env_params)
     num_envs = obs.shape[0]
 
     def _eval_step(carry, step_key):
-        obs, state, finished, returns = carry
-        obs, state, _, _, _, info = env.step(step_key, state, act(obs), env_params)
+        obs, start, memory, state, finished, returns = carry
+        memory, action = policy.step(memory, obs, start)
+        obs, state, _, _, _, info = env.step(step_key, state, action, env_params)
         first_end = jnp.logical_and(info["episode_done"], jnp.logical_not(finished))
         returns = jnp.where(first_end, info["episode_return"], returns)
-        return (obs, state, jnp.logical_or(finished, info["episode_done"]), returns), None
+        return (obs, info["episode_done"], memory, state, jnp.logical_or(finished, info["episode_done"]),
+                returns), None
 
-    carry = (obs, state, jnp.zeros(num_envs, bool), jnp.full(num_envs, jnp.nan, jnp.float32))
-    (_, _, _, returns), _ = jax.lax.scan(_eval_step, carry, jax.random.split(key, num_steps))
+    carry = (obs, jnp.ones(num_envs, bool), policy.initial_carry(num_envs), state, jnp.zeros(num_envs, bool),
+             jnp.full(num_envs, jnp.nan, jnp.float32))
+    (*_, returns), _ = jax.lax.scan(_eval_step, carry, jax.random.split(key, num_steps))
     return returns
 
 
@@ -209,18 +272,20 @@ _DRAWABLE = ("Acrobot-v1", "CartPole-v1", "Pendulum-v1", "MountainCar-v0", "Moun
 
 def can_draw(env_id: str) -> bool:
     """True if `record_episode` can animate this env."""
-    return env_id in _DRAWABLE
+    return MASKED.get(env_id, (env_id,))[0] in _DRAWABLE
 
 
-def record_episode(env_id: str, act, key, path: str):
-    """Plays one episode of `env_id` (through the `make_vec` stack, one env) with `act(obs batch) -> actions`, as
-    `evaluate` does, and writes it to `path` as an animated gif drawn by gymnax's visualizer (one frame per step,
-    from the first observation to the last before the episode ends). Returns `(return, length)`."""
+def record_episode(env_id: str, policy, key, path: str):
+    """Plays one episode of `env_id` (through the `make_vec` stack, one env) with `policy` (`act(obs batch) ->
+    actions` or a `RecurrentPolicy`), as `evaluate` does, and writes it to `path` as an animated gif drawn by
+    gymnax's visualizer (one frame per step, from the first observation to the last before the episode ends).
+    Returns `(return, length)`."""
     from envs.render import write_gif  # sets SDL's dummy drivers before anything imports pygame
 
     if not can_draw(env_id):
         raise ValueError(f"gymnax cannot draw {env_id}; it draws {', '.join(_DRAWABLE)}")
     env, env_params = make_vec(env_id, 1)
+    policy = as_recurrent(policy)
 
     @jax.jit
     def play(key):
@@ -228,12 +293,15 @@ def record_episode(env_id: str, act, key, path: str):
         obs, state = env.reset(key_reset, env_params)
 
         def _step(carry, step_key):
-            obs, state = carry
-            next_obs, next_state, reward, _, _, info = env.step(step_key, state, act(obs), env_params)
+            obs, start, memory, state = carry
+            memory, action = policy.step(memory, obs, start)
+            next_obs, next_state, reward, _, _, info = env.step(step_key, state, action, env_params)
             # The base env's state before this step, one frame; EpisodeStatistics holds it, VecEnv batches it.
-            return (next_obs, next_state), (state.env_state, reward[0], info["episode_done"][0])
+            return ((next_obs, info["episode_done"], memory, next_state),
+                    (state.env_state, reward[0], info["episode_done"][0]))
 
-        _, trajectory = jax.lax.scan(_step, (obs, state), jax.random.split(key, env_params.max_steps_in_episode))
+        carry = (obs, jnp.ones(1, bool), policy.initial_carry(1), state)
+        _, trajectory = jax.lax.scan(_step, carry, jax.random.split(key, env_params.max_steps_in_episode))
         return trajectory
 
     frames, rewards, dones = jax.device_get(play(key))

@@ -20,6 +20,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 from gymnax.environments import spaces
 
@@ -102,6 +103,29 @@ class FlattenObservation(Wrapper):
         obs, state, reward, terminated, truncated, info = self._env.step(key, state, action, params)
         info = {**info, "final_observation": self._flat(info["final_observation"])}
         return self._flat(obs), state, reward, terminated, truncated, info
+
+
+class MaskObservation(Wrapper):
+    """Keeps only the observation entries at `keep` (POPGym's "stateless" tasks: CartPole without its velocities
+    must infer them from what it saw before, so only a policy with memory can balance the pole)."""
+
+    def __init__(self, env, keep: tuple[int, ...]):
+        super().__init__(env)
+        self.keep = np.asarray(keep)
+
+    def observation_space(self, params):
+        space = self._env.observation_space(params)
+        return spaces.Box(jnp.asarray(space.low)[self.keep], jnp.asarray(space.high)[self.keep],
+                          (len(self.keep),), space.dtype)
+
+    def reset(self, key, params):
+        obs, state = self._env.reset(key, params)
+        return obs[self.keep], state
+
+    def step(self, key, state, action, params):
+        obs, state, reward, terminated, truncated, info = self._env.step(key, state, action, params)
+        info = {**info, "final_observation": info["final_observation"][self.keep]}
+        return obs[self.keep], state, reward, terminated, truncated, info
 
 
 class ClipAction(Wrapper):

@@ -1,0 +1,390 @@
+"""PPO with memory: ppo.py's clipped objective and GAE (Schulman et al. 2017) with a GRU between an MLP encoder and
+the actor and critic heads (PureJaxRL's ppo_rnn), for tasks one observation cannot solve: CartPole without its
+velocities, MemoryChain, partially observable suites. Discrete and continuous actions.
+
+    python ppo_rnn.py --env CartPole-v1-masked --num-seeds 4
+    python ppo_rnn.py --env MemoryChain-bsuite
+
+What memory adds to ppo.py, in the order it runs: the runner carries the GRU's memory and which envs start an
+episode; the memory resets to zeros where an episode starts; the rollout keeps the memory it started from and the
+update replays whole env sequences from it (minibatches are envs, not shuffled time steps: truncated backprop
+through the rollout); a truncated episode bootstraps from its final observation seen with its own memory. The
+harness evaluates the policy with its memory (envs.RecurrentPolicy). Writes what ppo.py writes; the run
+directory, checkpoints, --resume, --eval, --gif, sweeps, devices and wandb are the harness's (harness/).
+"""
+
+import harness
+
+harness.prepare_jax(__name__)  # first: --help at once, XLA's flags (a device per core), a multi-process run
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import distrax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax.training.train_state import TrainState
+
+import envs
+
+
+@dataclass(frozen=True)
+class Config(harness.Flags):
+    """PPO-RNN's fields; --env, --total-timesteps, --seed, --num-seeds, --out-dir, ... are the flags every script
+    shares (harness.Flags)."""
+
+    env: str = "CartPole-v1-masked"
+    """environment id: any gymnax id, or one of ours (see envs.list_envs()); the -masked ones need memory"""
+    total_timesteps: int = 1_000_000
+    """env steps per agent"""
+    log_every: int = 20
+    """print progress (and log to wandb) every this many updates"""
+    # algorithm
+    num_envs: int = 4
+    """parallel envs per agent"""
+    num_steps: int = 128
+    """steps per env in each rollout (batch = num_envs * num_steps); also the length of backprop through time"""
+    update_epochs: int = 4
+    """passes over each rollout batch"""
+    num_minibatches: int = 4
+    """minibatches per epoch, each a group of whole env sequences; must divide num_envs"""
+    learning_rate: float = 1e-3
+    """Adam learning rate (PureJaxRL's ppo_rnn: 2.5e-4; 1e-3 learns the masked CartPole in a third of the steps)"""
+    anneal_lr: bool = True
+    """anneal the learning rate linearly to 0 over training"""
+    gamma: float = 0.99
+    """discount factor"""
+    gae_lambda: float = 0.95
+    """lambda of generalised advantage estimation"""
+    clip_coef: float = 0.2
+    """PPO ratio clipping epsilon (also clips the value update)"""
+    ent_coef: float = 0.01
+    """entropy bonus coefficient"""
+    vf_coef: float = 0.5
+    """value loss coefficient"""
+    max_grad_norm: float = 0.5
+    """global gradient-norm clip"""
+    normalize: bool = True
+    """running observation and reward normalisation (on by default, unlike ppo.py: the GRU reads small changes
+    between observations, a pole's angle in hundredths of a radian, only at unit scale)"""
+    # network
+    hidden_size: int = 64
+    """width of the encoder layer and of the actor's and critic's hidden layers"""
+    gru_size: int = 64
+    """size of the GRU's memory"""
+    activation: str = "tanh"
+    """hidden activation: tanh or relu"""
+
+
+ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
+
+
+class ResetGRU(nn.Module):
+    """One step of flax.linen's GRU cell, its memory reset to zeros where `start` is set (before the first
+    observation of an episode)."""
+
+    size: int
+
+    @nn.compact
+    def __call__(self, memory, step):
+        inputs, start = step
+        memory = jnp.where(start[:, None], 0.0, memory)
+        return nn.GRUCell(features=self.size)(memory, inputs)
+
+
+class ActorCriticGRU(nn.Module):
+    action_dim: int
+    discrete: bool
+    hidden_size: int
+    gru_size: int
+    activation: str
+
+    @nn.compact
+    def __call__(self, memory, obs, start):
+        """`memory` (envs, gru_size) before the sequence, `obs` (time, envs, obs_dim), `start` (time, envs) ->
+        (memory after it, the policy's parameters per step: (logits,) or (mean, std), the value per step)."""
+        act = ACTIVATIONS[self.activation]
+        x = act(nn.Dense(self.hidden_size, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(obs))
+        if obs.shape[0] == 1:  # one step (acting): the cell alone, no loop
+            memory, x = ResetGRU(self.gru_size, name="gru")(memory, (x[0], start[0]))
+            x = x[None]
+        else:  # a sequence (the update's replay): the cell scanned over time, with the same parameters
+            scanned = nn.scan(ResetGRU, variable_broadcast="params", split_rngs={"params": False})
+            memory, x = scanned(self.gru_size, name="gru")(memory, (x, start))
+        actor = act(nn.Dense(self.hidden_size, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
+        # A small last layer keeps the initial policy close to uniform / zero-mean (Andrychowicz et al. 2021).
+        out = nn.Dense(self.action_dim, kernel_init=nn.initializers.orthogonal(0.01))(actor)
+        if self.discrete:
+            pi = (out,)
+        else:
+            log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
+            pi = (out, jnp.broadcast_to(jnp.exp(log_std), out.shape))
+        critic = act(nn.Dense(self.hidden_size, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
+        value = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0))(critic).squeeze(-1)
+        return memory, pi, value
+
+
+def distribution(pi, discrete: bool):
+    """The policy from its parameters: a categorical over logits, or a diagonal Gaussian."""
+    return distrax.Categorical(*pi) if discrete else distrax.MultivariateNormalDiag(*pi)
+
+
+class Transition(NamedTuple):
+    obs: jax.Array
+    start: jax.Array  # obs is the first observation of an episode: the memory was reset before it
+    action: jax.Array
+    pi: tuple  # the parameters of the acting policy's distribution: (logits,) or (mean, std)
+    value: jax.Array
+    memory: jax.Array  # the memory after seeing obs: its next observation is seen from here
+    reward: jax.Array
+    terminated: jax.Array
+    done: jax.Array
+    next_obs: jax.Array  # the true next observation, also at an auto-reset
+    episode_return: jax.Array
+    episode_length: jax.Array
+
+
+class RunnerState(NamedTuple):
+    train_state: TrainState
+    env_state: object
+    obs: jax.Array
+    start: jax.Array
+    memory: jax.Array
+    rng: jax.Array
+
+
+def calculate_gae(rewards, values, next_values, terminated, dones, gamma, gae_lambda):
+    """GAE-lambda along axis 0 (time). Bootstraps from V(next obs) unless the episode terminated; the
+    recursion stops at every episode end, terminated or truncated (time limits are not failures)."""
+    deltas = rewards + gamma * next_values * (1.0 - terminated) - values
+    decay = gamma * gae_lambda * (1.0 - dones)
+
+    def _backward(advantage, step):
+        delta, decay_t = step
+        advantage = delta + decay_t * advantage
+        return advantage, advantage
+
+    _, advantages = jax.lax.scan(_backward, jnp.zeros_like(deltas[0]), (deltas, decay), reverse=True)
+    return advantages, advantages + values
+
+
+def draw_noise(key, shape, discrete: bool):
+    """Noise for `sample_with_noise`: standard Gumbel for a categorical policy, standard normal for a Gaussian."""
+    return jax.random.gumbel(key, shape) if discrete else jax.random.normal(key, shape)
+
+
+def sample_with_noise(pi, noise, discrete: bool):
+    """A sample of the policy with parameters `pi` from pre-drawn noise: Gumbel-max for a categorical, loc + scale *
+    eps for a Gaussian (the same distributions as sampling them)."""
+    return jnp.argmax(pi[0] + noise, axis=-1) if discrete else pi[0] + pi[1] * noise
+
+
+def make_network(config: Config, env, env_params):
+    discrete = envs.is_discrete(env, env_params)
+    space = env.action_space(env_params)
+    action_dim = space.n if discrete else int(np.prod(space.shape))
+    network = ActorCriticGRU(action_dim, discrete, config.hidden_size, config.gru_size, config.activation)
+    return network, discrete, action_dim
+
+
+def num_iterations(config: Config) -> int:
+    """Updates, the iterations of the training scan: each a rollout of num_envs x num_steps and its epochs."""
+    return config.total_timesteps // (config.num_envs * config.num_steps)
+
+
+def make_train_parts(config: Config, log_fn=None):
+    """PPO-RNN for one agent as `(init, run)`, pure and jittable (see harness.Algorithm): `init(rng)` and
+    `run(agent, runner, updates)`, one `lax.scan` over the updates numbered `updates`, calling
+    `log_fn(agent, update, metrics)` every `log_every` updates."""
+    batch_size = config.num_envs * config.num_steps
+    envs_per_minibatch = config.num_envs // config.num_minibatches
+    num_updates = num_iterations(config)
+    env, env_params = envs.make_vec(config.env, config.num_envs)
+    network, discrete, action_dim = make_network(config, env, env_params)
+    if config.normalize:
+        env, env_params = envs.make_vec(
+            config.env, config.num_envs, normalize_obs=True, normalize_reward=True, gamma=config.gamma
+        )
+    max_truncations = envs.max_truncations(env_params, config.num_envs, config.num_steps)
+    anneal = optax.identity()
+    if config.anneal_lr:
+        anneal = optax.scale_by_schedule(
+            optax.linear_schedule(1.0, 0.0, num_updates * config.update_epochs * config.num_minibatches))
+    tx = optax.flatten(optax.chain(
+        optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.learning_rate, eps=1e-5), anneal))
+
+    def init(rng):
+        rng, key_network, key_reset = jax.random.split(rng, 3)
+        obs, env_state = env.reset(key_reset, env_params)
+        memory = jnp.zeros((config.num_envs, config.gru_size))
+        start = jnp.ones(config.num_envs, bool)
+        params = network.init(key_network, memory, obs[None], start[None])
+        return RunnerState(TrainState.create(apply_fn=None, params=params, tx=tx), env_state, obs, start, memory,
+                           rng)
+
+    def run(agent, runner, updates):
+        def _env_step(runner, noise):
+            train_state, env_state, obs, start, memory, rng = runner
+            action_noise, env_keys = noise
+            # One step of the sequence: the time axis has length 1.
+            memory, pi, value = network.apply(train_state.params, memory, obs[None], start[None])
+            pi, value = jax.tree.map(lambda x: x[0], (pi, value))
+            action = sample_with_noise(pi, action_noise, discrete)
+            next_obs, env_state, reward, terminated, truncated, info = env.step(
+                env_keys, env_state, action, env_params
+            )
+            transition = Transition(
+                obs, start, action, pi, value, memory, reward, terminated.astype(jnp.float32),
+                info["episode_done"].astype(jnp.float32), info["final_observation"], info["episode_return"],
+                info["episode_length"],
+            )
+            return RunnerState(train_state, env_state, next_obs, info["episode_done"], memory, rng), transition
+
+        def _loss_fn(params, batch):
+            initial_memory, obs, start, action, old_log_prob, old_value, advantage, target = batch
+            # The minibatch's env sequences replayed from the memory their rollout started with.
+            _, pi, value = network.apply(params, initial_memory, obs, start)
+            pi = distribution(pi, discrete)
+            log_prob = pi.log_prob(action)
+            advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+            log_ratio = log_prob - old_log_prob
+            ratio = jnp.exp(log_ratio)
+            clipped_ratio = jnp.clip(ratio, 1.0 - config.clip_coef, 1.0 + config.clip_coef)
+            actor_loss = -jnp.minimum(ratio * advantage, clipped_ratio * advantage).mean()
+            value_clipped = old_value + jnp.clip(value - old_value, -config.clip_coef, config.clip_coef)
+            critic_loss = 0.5 * jnp.maximum((value - target) ** 2, (value_clipped - target) ** 2).mean()
+            entropy = pi.entropy().mean()
+            loss = actor_loss + config.vf_coef * critic_loss - config.ent_coef * entropy
+            stats = {
+                "loss/actor": actor_loss,
+                "loss/critic": critic_loss,
+                "entropy": entropy,
+                "approx_kl": ((ratio - 1.0) - log_ratio).mean(),  # Schulman's low-variance KL estimator
+                "clip_frac": (jnp.abs(ratio - 1.0) > config.clip_coef).mean(),
+            }
+            return loss, stats
+
+        def _update_minibatch(train_state, minibatch):
+            grads, stats = jax.grad(_loss_fn, has_aux=True)(train_state.params, minibatch)
+            return train_state.apply_gradients(grads=grads), stats
+
+        def _update_epoch(carry, _):
+            train_state, (initial_memory, sequences), rng = carry
+            rng, key_perm = jax.random.split(rng)
+            # Minibatches of whole env sequences: the envs shuffled, the time axis kept in order.
+            permutation = harness.fast.permutation(key_perm, config.num_envs)
+            initial_memories = initial_memory[permutation].reshape(
+                (config.num_minibatches, envs_per_minibatch) + initial_memory.shape[1:])
+            minibatches = jax.tree.map(
+                lambda x: jnp.swapaxes(x[:, permutation].reshape(
+                    (x.shape[0], config.num_minibatches, envs_per_minibatch) + x.shape[2:]), 0, 1), sequences)
+            train_state, stats = jax.lax.scan(_update_minibatch, train_state, (initial_memories, *minibatches))
+            return (train_state, (initial_memory, sequences), rng), stats
+
+        def _update_step(runner, update):
+            # The rollout's randomness in two batched draws before the scan instead of small ones at every
+            # step: on CPU each random draw inside the scan body is a loop of its own (threefry's rounds).
+            rng, key_noise, key_env = jax.random.split(runner.rng, 3)
+            noise = (
+                draw_noise(key_noise, (config.num_steps, config.num_envs, action_dim), discrete),
+                jax.random.split(key_env, (config.num_steps, config.num_envs)),
+            )
+            initial_memory = runner.memory
+            runner, traj = jax.lax.scan(_env_step, runner._replace(rng=rng), noise)
+            train_state, env_state, obs, start, memory, rng = runner
+            params = train_state.params
+
+            def value_fn(obs, memory):  # V of observations each seen after its own memory, as the next step sees it
+                return network.apply(params, memory, obs[None], jnp.zeros(obs.shape[:1], bool)[None])[2][0]
+
+            # V(next obs) from the values shifted, and one network step on the truncations' final observations from
+            # the memory of their episode's last step (the memory resets only when the next episode starts).
+            next_values = envs.next_obs_values(value_fn, traj.value, traj.done, traj.terminated, traj.next_obs, obs,
+                                               max_truncations, memory=traj.memory)
+            log_probs = distribution(traj.pi, discrete).log_prob(traj.action)
+            advantages, targets = calculate_gae(
+                traj.reward, traj.value, next_values, traj.terminated, traj.done, config.gamma, config.gae_lambda
+            )
+            sequences = (traj.obs, traj.start, traj.action, log_probs, traj.value, advantages, targets)
+            (train_state, _, rng), stats = jax.lax.scan(
+                _update_epoch, (train_state, (initial_memory, sequences), rng), None, config.update_epochs
+            )
+            episodes = traj.done.sum()
+            metrics = {
+                "env_steps": (update + 1) * batch_size,
+                "episodes": episodes,
+                # Mean over the episodes that ended in this rollout; NaN if none did.
+                "episode_return": (traj.episode_return * traj.done).sum() / episodes,
+                "episode_length": (traj.episode_length * traj.done).sum() / episodes,
+                **jax.tree.map(jnp.mean, stats),
+                # Checked by the host after each chunk: no sync here.
+                "nonfinite": ~harness.all_finite((train_state, stats)),  # parameters and Adam moments
+            }
+            harness.report(log_fn, agent, update, metrics, every=config.log_every)
+            return RunnerState(train_state, env_state, obs, start, memory, rng), metrics
+
+        return jax.lax.scan(_update_step, runner, updates)
+
+    return init, run
+
+
+def make_train(config: Config, log_fn=None):
+    """`train(rng) -> (runner, metrics)`: one agent's whole run, pure and jittable; metrics have an update axis."""
+    init, run = make_train_parts(config, log_fn)
+    return lambda rng: run(rng, init(rng), jnp.arange(num_iterations(config)))
+
+
+def deterministic_policy(config: Config, runner):
+    """One agent's deterministic policy (argmax / mean action) with its memory, as an `envs.RecurrentPolicy`, with
+    training's observation statistics frozen."""
+    env, env_params = envs.make_vec(config.env, 1)
+    network, discrete, _ = make_network(config, env, env_params)
+    stats = envs.observation_stats(runner.env_state)
+
+    def step(memory, obs, start):
+        if stats is not None:
+            obs = envs.normalize_observation(stats, obs)
+        memory, pi, _ = network.apply(runner.train_state.params, memory, obs[None], start[None])
+        return memory, distribution(jax.tree.map(lambda x: x[0], pi), discrete).mode()
+
+    return envs.RecurrentPolicy(lambda num_envs: jnp.zeros((num_envs, config.gru_size)), step)
+
+
+def validate(config: Config):
+    """Raises harness.ConfigError for what PPO-RNN cannot train (the harness checks the shared flags and --env)."""
+    harness.require_positive(config, "num_envs", "num_steps", "update_epochs", "num_minibatches", "hidden_size",
+                             "gru_size", "learning_rate", "clip_coef", "max_grad_norm")
+    harness.require_between(config, 0, 1, "gamma", "gae_lambda")
+    harness.require_between(config, 0, float("inf"), "vf_coef", "ent_coef")  # < 0 would ascend the loss term
+    if config.activation not in ACTIVATIONS:
+        raise harness.ConfigError(f"--activation {config.activation!r} is unknown; use one of "
+                                  f"{', '.join(ACTIVATIONS)}")
+    if config.num_envs % config.num_minibatches:
+        raise harness.ConfigError(f"--num-minibatches {config.num_minibatches} does not divide --num-envs "
+                                  f"{config.num_envs}: a minibatch is a group of whole env sequences; use a divisor "
+                                  f"of {config.num_envs}")
+    harness.require_rollouts(config)
+
+
+# The hand-off to the harness: a fork keeps it (its runs take the fork's file name); new metrics go in METRIC_KEYS.
+METRIC_KEYS = ("env_steps", "episodes", "episode_return", "episode_length",
+               "loss/actor", "loss/critic", "entropy", "approx_kl", "clip_frac", "nonfinite")
+
+ALGORITHM = harness.Algorithm(
+    config=Config, make_train_parts=make_train_parts, num_iterations=num_iterations,
+    policy=deterministic_policy, metric_keys=METRIC_KEYS, validate=validate,
+    nonfinite_hint="lower --learning-rate or --max-grad-norm",
+    chunk_steps=1_000_000, size_flags=("num_envs", "num_steps", "hidden_size", "gru_size"),
+)
+
+
+def main(config: Config | None = None):
+    """Trains a new run from the command line (or `config`), or resumes or evaluates one (harness.main)."""
+    harness.main(ALGORITHM, config)
+
+
+if __name__ == "__main__":
+    main()
