@@ -40,7 +40,7 @@ def test_memory_resets_exactly_at_episode_starts(discrete):
                 carry = jnp.zeros_like(carry)
             carry, pi_t, value_t = step(params, carry, obs[t:t + 1, env:env + 1], never_start)
             np.testing.assert_allclose(value_t[0, 0], values[t, env], rtol=1e-5, atol=1e-6)
-            for got, want in zip(pi_t, pi):
+            for got, want in zip(pi_t, pi, strict=True):
                 np.testing.assert_allclose(got[0, 0], want[t, env], rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(carry[0], final_memory[env], rtol=1e-5, atol=1e-6)
 
