@@ -44,8 +44,8 @@ sys.path.insert(0, ROOT)
 from harness import aggregate  # noqa: E402
 
 # The name each script writes into config.json's "algo", by the suite's algorithm label.
-SCRIPT_ALGO = {"ppo": "ppo", "dqn": "dqn_tabular_q", "pqn": "pqn", "vpg": "reinforce", "td3": "td3",
-               "tabular_q": "dqn_tabular_q"}
+SCRIPT_ALGO = {"ppo": "ppo", "ppo_rnn": "ppo_rnn", "dqn": "dqn_tabular_q", "pqn": "pqn", "vpg": "reinforce",
+               "td3": "td3", "tabular_q": "dqn_tabular_q"}
 MACHINE_FILE = "learning_suite.json"  # what the runner adds to a finished run directory: machine and wall time
 CURVE_POINTS = 100  # learning curves are binned to at most this many points
 CURVE_REPS = aggregate.PROFILE_REPS  # bootstrap replications per curve band (2,000, as rliable's profiles)
@@ -103,6 +103,8 @@ SCORE_RANGES = {
     "MountainCar-v0": (-200.0, -110.0, "gymnasium reward_threshold"),
     "MountainCarContinuous-v0": (-33.18, 90.0, "gymnasium reward_threshold"),
     "Pendulum-v1": (-1221.0, -130.0, "gymnax README: gymnax-blines PPO/ES checkpoint"),
+    "CartPole-v1-masked": (22.05, 475.0, "CartPole-v1's (the same dynamics and rewards, fewer observations)"),
+    "MemoryChain-bsuite": (0.004, 1.0, "the optimum: +1 for the right answer (a guess scores 0 on average)"),
     "Asterix-MinAtar": (0.448, None, "best eval IQM in this report"),
     "Breakout-MinAtar": (0.408, None, "best eval IQM in this report"),
     "Freeway-MinAtar": (0.397, None, "best eval IQM in this report"),
@@ -163,6 +165,10 @@ TD3_HALFCHEETAH = Reference(9636.95, "9636.95 ± 859.07", "Fujimoto et al. 2018,
                             "max average return, 10 trials of 1M steps (another simulator than Brax)")
 GRIDWORLD_OPTIMUM = Reference(1.0, "none found (optimum 1.0)", "envs/gridworld.py: reward 1 at the goal")
 FROZENLAKE_SOLVED = Reference(0.7, "0.70 (solved)", "gymnasium FrozenLake-v1 reward_threshold (4x4, slippery)")
+MEMORY_CHAIN_OPTIMUM = Reference(1.0, "none found (optimum 1.0)", "gymnax MemoryChain-bsuite: +1 right, -1 wrong")
+MASKED_NONE = Reference(None, "none found", "POPGym's StatelessCartPole (Morad et al. 2023) has other episode "
+                        "lengths and a normalised score: no published return for a 500-step CartPole without "
+                        "velocities")
 MINATAR_NONE = Reference(None, "none found", "gymnax README lists no MinAtar returns; MinAtar and PQN papers: curves")
 
 SUITES = {
@@ -181,6 +187,15 @@ SUITES = {
         # gymnax-blines PPO and purejaxql's PPO on MinAtar: 10M (ppo.yaml num_train_steps, ppo_minatar.yaml).
         *(entry(f"ppo-{game}-MinAtar", "ppo", "ppo.py", f"{game}-MinAtar", 10_000_000, 10, PPO_MINATAR,
                 MINATAR_NONE) for game in ("Asterix", "Breakout", "Freeway", "SpaceInvaders")),
+        # ppo_rnn.py on tasks that need memory: its default budget (500k), and ppo.py on the masked CartPole beside
+        # it to show what memory buys.
+        entry("ppo_rnn-CartPole-v1-masked", "ppo_rnn", "ppo_rnn.py", "CartPole-v1-masked", 500_000, 10, (),
+              MASKED_NONE),
+        # (out of ppo's profile and aggregate score: a task it cannot solve by design, not a measure of it)
+        dataclasses.replace(entry("ppo-CartPole-v1-masked", "ppo", "ppo.py", "CartPole-v1-masked", 500_000, 10, (),
+                                  MASKED_NONE), low=None),
+        entry("ppo_rnn-MemoryChain-bsuite", "ppo_rnn", "ppo_rnn.py", "MemoryChain-bsuite", 100_000, 10, (),
+              MEMORY_CHAIN_OPTIMUM),
         # CleanRL dqn.py and pqn.py, classic control: 500k (their default --total-timesteps).
         *(entry(f"dqn-{env}", "dqn", "dqn_tabular_q.py", env, 500_000, 10, ("--agent", "dqn"), reference)
           for env, reference in (("CartPole-v1", DQN_CARTPOLE), ("Acrobot-v1", DQN_ACROBOT),
@@ -222,17 +237,20 @@ QUICK_BUDGETS = {
     "dqn-Acrobot-v1": None, "pqn-CartPole-v1": None, "pqn-Acrobot-v1": None, "vpg-CartPole-v1": 200_000,
     "td3-Pendulum-v1": None, "tabular-GridWorld-v0": None, "ppo-MountainCar-v0": None,
     "ppo-MountainCarContinuous-v0": None, "dqn-MountainCar-v0": None, "pqn-MountainCar-v0": None,
-    "vpg-Acrobot-v1": None, "tabular-FrozenLake-misc": None,
+    "vpg-Acrobot-v1": None, "tabular-FrozenLake-misc": None, "ppo_rnn-CartPole-v1-masked": None,
+    "ppo-CartPole-v1-masked": None, "ppo_rnn-MemoryChain-bsuite": None,
 }
 _FULL = {e.name: e for e in SUITES["full"]}
 SUITES["quick"] = tuple(dataclasses.replace(_FULL[name], total_timesteps=steps or _FULL[name].total_timesteps)
                         for name, steps in QUICK_BUDGETS.items())
+# Memory (ppo_rnn.py, issue 25): the quick suite's entries on tasks that need memory, alone (about 10 min here).
+SUITES["memory"] = tuple(e for e in SUITES["quick"] if e.env.endswith("-masked") or e.env == "MemoryChain-bsuite")
 
 
 @dataclass(frozen=True)
 class Args:
     suite: str = "quick"
-    """which suite: quick (CPU, under 20 min) or full (issue 18's, GPU-sized)"""
+    """which suite: quick (CPU, under 20 min), memory (its ppo_rnn.py entries) or full (issue 18's, GPU-sized)"""
     suite_file: str | None = None
     """a JSON suite instead: {"name": ..., "entries": [{Entry fields}, ...]} (reference: {value, text, source})"""
     only: tyro.conf.UseAppendAction[tuple[str, ...]] = ()

@@ -44,7 +44,9 @@ class Algorithm:
     num_iterations: Callable[[Any], int]
     """iterations of the training scan for a config"""
     policy: Callable
-    """`(config, runner) -> act`: one agent's deterministic policy, `act(obs batch) -> action batch`"""
+    """`(config, runner) -> policy`: one agent's deterministic policy, `act(obs batch) -> action batch`, or, for a
+    policy with memory, an `envs.RecurrentPolicy` (its initial memory and `step(memory, obs, start) -> (memory,
+    action)`): the final evaluation, --eval and --gif carry its memory through each episode"""
     metric_keys: tuple[str, ...] | Callable[[Any], tuple[str, ...]]
     """metrics.csv's columns after `seed` and `iteration`, in order: `env_steps` first, `nonfinite` last"""
     name: str | None = None
