@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from harness import aggregate
+from harness.files import RunLock
 from harness.flags import ConfigError
 from harness.scale import broadcast, point_label, point_rows
 from harness.tracking import finish_wandb, safe_wandb, start_wandb
@@ -49,13 +50,24 @@ class RunDirectory:
                                                       "resume": None}) if lead else ""
             if broadcast(len(claimed)):  # process 0 could not claim it: every process stops
                 raise ConfigError(claimed or f"run directory {self.path} could not be claimed by process 0")
+            # Owned from here to the end of the run (a --resume of it meanwhile is refused); --resume's own lock is
+            # taken by `harness.main` before it reads the run's config.
+            self.lock = RunLock(self.path, "the new run") if lead else None
         self.sweep = len(points) > 1
         self.point_dirs = [os.path.join(self.path, point_label(p)) if self.sweep else self.path for p in points]
         self.wandb_runs = []
 
+    lock = None
+
+    def release(self):
+        """Gives up the ownership of a new run's directory (the end of the run)."""
+        if self.lock is not None:
+            self.lock.release()
+
     def give_up(self):
         """A new run that cannot go on before it started (it does not fit in memory): its directory goes."""
         if self.lead and self.config.resume is None:
+            self.release()
             shutil.rmtree(self.path, ignore_errors=True)
 
     def start_wandb(self):

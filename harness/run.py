@@ -20,6 +20,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from harness import compile_cache
 from harness.checkpoints import Checkpoints
 from harness.evaluation import evaluate_run, evaluation_keys, make_evaluate
+from harness.files import RunLock
 from harness.flags import ConfigError, check_flags, description, given_fields, resumed_config
 from harness.records import Progress, RunDirectory, plural
 from harness.scale import (
@@ -58,10 +59,13 @@ def main(algorithm, config=None):
         if config.eval is not None:
             evaluate_run(algorithm, config)
             return
-        if config.resume is not None:
-            config = resumed_config(algorithm, config, given or ())
-        config, points = check(algorithm, config)
-        train(algorithm, config, points)
+        with contextlib.ExitStack() as held:
+            if config.resume is not None:
+                if config.process_id == 0 and os.path.isdir(config.resume):  # one owner from here to the end
+                    held.enter_context(RunLock(config.resume, "--resume"))
+                config = resumed_config(algorithm, config, given or ())
+            config, points = check(algorithm, config)
+            train(algorithm, config, points)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
@@ -337,46 +341,51 @@ def train(algorithm, config, points):
     job = plan(algorithm, config, points)
     progress = Progress(config, points, local_agents(job.sharding, len(job.keys)), [],
                         algorithm.metric_keys_of(config), job.period)
-    # From here on Ctrl-C or SIGTERM (during compilation too) stop the run where the running chunk ends.
-    with StopRequest() as stop:
-        run_dir = RunDirectory(algorithm, config, points, job.lead)  # claimed, config.json written
-        if job.lead:
-            described = (f"{plural(config.num_seeds, 'seed')} x {len(points)} sweep points" if run_dir.sweep
-                         else plural(len(job.keys), "agent"))
-            step = steps_per_iteration(algorithm, config)
-            steps = f"{config.total_timesteps:,} steps"
-            if step and job.num_iterations * step != config.total_timesteps:  # say so where it rounds down
-                steps = (f"{job.num_iterations * step:,} steps (--total-timesteps {config.total_timesteps:,} in whole "
-                         f"iterations of {step:,})")
-            print(f"{algorithm.name} on {config.env}: {described} x {steps} in {config.num_chunks} chunk(s) on "
-                  f"{job.mesh.devices.size} device(s), run dir {run_dir.path}", flush=True)
-        compiled, compile_s = compile_training(job, run_dir)
-        run_dir.start_wandb()
-        progress.wandb_runs = run_dir.wandb_runs
-        try:
-            # exit_on_lost_peers is left first: a lost peer ends this process before orbax waits for it.
-            with Checkpoints(run_dir.path, config.keep_checkpoints) as checkpoints, exit_on_lost_peers():
-                if job.lead:
-                    print(f"compiled in {compile_s:.1f} s", flush=True)
-                runner, history, done = start_or_resume(job, checkpoints, run_dir)
-                if runner is None:
-                    run_dir.finish_wandb()
-                    return
-                if job.lead:
-                    run_dir.open_metrics(algorithm.metric_keys_of(config), history)
-                progress.start, progress.last = time.perf_counter(), job.num_iterations - 1
-                progress.start_steps = int(history["env_steps"][0, done - 1]) if done else 0
-                runner, history = train_chunks(job, compiled, runner, history, done, checkpoints, run_dir, progress,
-                                               stop)
-        except OSError as error:  # metrics.csv or a checkpoint could not be written
-            run_dir.finish_wandb(exit_code=1)
-            raise write_failed(error, algorithm.script, run_dir.path) from None
-        except BaseException:
-            run_dir.finish_wandb(exit_code=1)
-            raise
-    train_s = time.perf_counter() - progress.start
-    summarize(job, runner, history, run_dir, {"resumed_after_iteration": done or None, "compile_s": compile_s,
-                                               "train_s": train_s}, progress.start_steps)
+    run_dir = None
+    try:
+        # From here on Ctrl-C or SIGTERM (during compilation too) stop the run where the running chunk ends.
+        with StopRequest() as stop:
+            run_dir = RunDirectory(algorithm, config, points, job.lead)  # claimed, config.json written, owned
+            if job.lead:
+                described = (f"{plural(config.num_seeds, 'seed')} x {len(points)} sweep points" if run_dir.sweep
+                             else plural(len(job.keys), "agent"))
+                step = steps_per_iteration(algorithm, config)
+                steps = f"{config.total_timesteps:,} steps"
+                if step and job.num_iterations * step != config.total_timesteps:  # say so where it rounds down
+                    steps = (f"{job.num_iterations * step:,} steps (--total-timesteps {config.total_timesteps:,} "
+                             f"in whole iterations of {step:,})")
+                print(f"{algorithm.name} on {config.env}: {described} x {steps} in {config.num_chunks} chunk(s) on "
+                      f"{job.mesh.devices.size} device(s), run dir {run_dir.path}", flush=True)
+            compiled, compile_s = compile_training(job, run_dir)
+            run_dir.start_wandb()
+            progress.wandb_runs = run_dir.wandb_runs
+            try:
+                # exit_on_lost_peers is left first: a lost peer ends this process before orbax waits for it.
+                with Checkpoints(run_dir.path, config.keep_checkpoints) as checkpoints, exit_on_lost_peers():
+                    if job.lead:
+                        print(f"compiled in {compile_s:.1f} s", flush=True)
+                    runner, history, done = start_or_resume(job, checkpoints, run_dir)
+                    if runner is None:
+                        run_dir.finish_wandb()
+                        return
+                    if job.lead:
+                        run_dir.open_metrics(algorithm.metric_keys_of(config), history)
+                    progress.start, progress.last = time.perf_counter(), job.num_iterations - 1
+                    progress.start_steps = int(history["env_steps"][0, done - 1]) if done else 0
+                    runner, history = train_chunks(job, compiled, runner, history, done, checkpoints, run_dir,
+                                                   progress, stop)
+            except OSError as error:  # metrics.csv or a checkpoint could not be written
+                run_dir.finish_wandb(exit_code=1)
+                raise write_failed(error, algorithm.script, run_dir.path) from None
+            except BaseException:
+                run_dir.finish_wandb(exit_code=1)
+                raise
+        train_s = time.perf_counter() - progress.start
+        summarize(job, runner, history, run_dir, {"resumed_after_iteration": done or None, "compile_s": compile_s,
+                                                   "train_s": train_s}, progress.start_steps)
+    finally:  # a new run's directory is owned until the end
+        if run_dir is not None:
+            run_dir.release()
 
 
 def summarize(job, runner, history, run_dir, extra, start_steps):

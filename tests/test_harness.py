@@ -505,6 +505,38 @@ def test_resume_of_a_finished_run_says_so_and_changes_nothing(finished_runs, tmp
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
 
 
+def test_a_run_directory_is_owned_by_one_process_while_it_trains(finished_runs, tmp_path, capsys, monkeypatch):
+    """While a run trains (new or resumed), its directory is locked: a --resume of it exits 2 naming the owner's pid
+    and changes nothing (two trainers used to write one metrics.csv). Once the run ends it can be resumed."""
+    import ppo
+    from harness.checkpoints import Checkpoints
+    from harness.files import RunLock
+
+    run_dir = copy_run(finished_runs, "ppo", tmp_path)
+    (run_dir / "summary.json").unlink()
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    with RunLock(str(run_dir), "--resume"):
+        code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(resume=str(run_dir)))
+    assert code == 2 and err == [f"error: --resume: another process (pid {os.getpid()}) is training in {run_dir}; "
+                                 "wait for it to end or stop it, then --resume it"], err
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+    refused, save = [], Checkpoints.save
+
+    def save_and_try_to_take_the_run(self, *args):
+        with pytest.raises(harness.ConfigError, match=f"pid {os.getpid()}"):
+            RunLock(self.run_dir, "--resume")
+        refused.append(self.run_dir)
+        return save(self, *args)
+
+    monkeypatch.setattr(Checkpoints, "save", save_and_try_to_take_the_run)
+    module, config = tiny_config("ppo", tmp_path / "new", run_name="new")
+    module.main(config)
+    assert refused == [str(tmp_path / "new" / "new")] * 4
+    assert not (tmp_path / "new" / "new" / ".lock").exists()
+    RunLock(refused[0], "--resume").release()  # free again
+
+
 def test_resume_falls_back_past_a_damaged_newest_checkpoint(finished_runs, tmp_path, capsys):
     import ppo
 
