@@ -3,6 +3,7 @@ optimizer, env states, replay buffers, RNG keys, hparams), the metrics so far (i
 "metrics") and {algo, env, iterations, config}. Saves are asynchronous: the next chunk trains while the files are
 written."""
 
+import csv
 import dataclasses
 import logging
 import os
@@ -118,3 +119,37 @@ class Checkpoints:
         for step in steps:
             os.replace(os.path.join(self.run_dir, "checkpoints", str(step)), os.path.join(aside, str(step)))
         self.manager.reload()
+
+
+def recorded_iterations(run_dir) -> int:
+    """The most iterations any metrics.csv of the run (its own, or its sweep points') records; 0 if none."""
+    paths = [os.path.join(run_dir, "metrics.csv")] + [os.path.join(run_dir, d, "metrics.csv") for d in
+                                                      sorted(os.listdir(run_dir)) if "=" in d]
+    most = 0
+    for path in paths:
+        try:
+            with open(path, newline="") as f:
+                for row in csv.reader(f):
+                    if len(row) > 1 and row[1].isdigit():
+                        most = max(most, int(row[1]))
+        except (OSError, UnicodeDecodeError, csv.Error):
+            continue
+    return most
+
+
+def require_checkpoints_for_progress(run_dir, script):
+    """--resume: ConfigError where the run recorded progress (rows in metrics.csv) but checkpoints/ holds no
+    checkpoint to go on from (deleted, moved, not a folder): starting again would replace what was recorded. A run
+    killed before its first checkpoint recorded no rows either, and starts again."""
+    folder = os.path.join(run_dir, "checkpoints")
+    if os.path.lexists(folder) and not os.path.isdir(folder):
+        raise ConfigError(f"--resume: {folder} is not a folder; move it away (and put back the run's checkpoints/ "
+                          "if you have them), then resume")
+    if os.path.isdir(folder) and any(name.isdigit() for name in os.listdir(folder)):
+        return
+    done = recorded_iterations(run_dir)
+    if done:
+        missing = "holds no checkpoint" if os.path.isdir(folder) else "is missing"
+        raise ConfigError(f"--resume: {folder} {missing}, but metrics.csv records {done} iterations: starting again "
+                          f"would discard them; put back its checkpoints, or train a new run (python {script} "
+                          "without --resume)")

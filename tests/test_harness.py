@@ -551,6 +551,31 @@ def test_resume_falls_back_past_a_damaged_newest_checkpoint(finished_runs, tmp_p
     assert read_csv(run_dir / "metrics.csv") == read_csv(finished_runs["ppo"] / "metrics.csv")
 
 
+@pytest.mark.parametrize("loss", ["deleted", "emptied", "a file"])
+def test_resume_never_discards_recorded_iterations_when_the_checkpoints_are_gone(loss, finished_runs, tmp_path,
+                                                                                   capsys):
+    """A run whose metrics.csv records iterations but whose checkpoints/ is gone is refused, not started again (it
+    used to be, replacing metrics.csv); nothing in the directory changes."""
+    import ppo
+
+    run_dir = copy_run(finished_runs, "ppo", tmp_path)
+    (run_dir / "summary.json").unlink()
+    shutil.rmtree(run_dir / "checkpoints")
+    if loss != "deleted":
+        (run_dir / "checkpoints").mkdir() if loss == "emptied" else (run_dir / "checkpoints").write_text("")
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(resume=str(run_dir)))
+    assert code == 2 and len(err) == 1, err
+    if loss == "a file":
+        assert err[0].startswith(f"error: --resume: {run_dir / 'checkpoints'} is not a folder; move it away")
+    else:
+        assert err[0] == (f"error: --resume: {run_dir / 'checkpoints'} "
+                          f"{'is missing' if loss == 'deleted' else 'holds no checkpoint'}, but metrics.csv records 4 "
+                          "iterations: starting again would discard them; put back its checkpoints, or train a new "
+                          "run (python ppo.py without --resume)")
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
 def test_resume_of_a_run_killed_before_its_first_checkpoint_starts_it_again(finished_runs, tmp_path, capsys):
     import ppo
 
