@@ -17,6 +17,7 @@ import sys
 
 import jax
 
+from harness.files import replaced
 from harness.jax_private import CacheInterface, install_cache_store
 
 MAX_BYTES = 2 << 30
@@ -58,12 +59,8 @@ class FileCache(CacheInterface):
             return None
 
     def put(self, key, value):  # JAX warns (and the run goes on) if this raises
-        temporary = self._path / f".{key}.{os.getpid()}.tmp"
-        try:
-            temporary.write_bytes(value)
-            os.replace(temporary, self._path / key)
-        finally:
-            temporary.unlink(missing_ok=True)
+        with replaced(self._path / key, "wb") as f:  # never through a link planted in the cache
+            f.write(value)
         self.evict()
 
     def evict(self):

@@ -6,8 +6,8 @@ import contextlib
 import errno
 import fcntl
 import os
+import secrets
 import stat
-import tempfile
 
 from harness.flags import ConfigError
 
@@ -16,12 +16,22 @@ LOCK_NAME = ".lock"
 
 @contextlib.contextmanager
 def replaced(path, mode="w", **kwargs):
-    """`with replaced(path) as f:` writes `path` atomically: to a new temporary file beside it (mkstemp: O_EXCL, so
-    a link or file planted at any name is never opened), renamed over `path` when the block ends without error
-    (rename replaces a link at `path` itself, never what it points to). A kill or a full disk leaves the old file or
-    the new one; the temporary is removed on error."""
+    """`with replaced(path) as f:` writes `path` atomically: to a new temporary file beside it, created exclusively
+    (O_EXCL under a random name: a link or file planted at any name is never opened), renamed over `path` when the
+    block ends without error (rename replaces a link at `path` itself, never what it points to). A kill or a full
+    disk leaves the old file or the new one; the temporary is removed on error. The file's mode follows the umask,
+    as open()'s does."""
     folder, name = os.path.split(os.path.abspath(path))
-    fd, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(100):
+        temporary = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.tmp")
+        try:
+            fd = os.open(temporary, flags, 0o666)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(errno.EEXIST, "no free temporary name", path)
     try:
         with os.fdopen(fd, mode, **kwargs) as f:
             yield f

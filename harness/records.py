@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from harness import aggregate
-from harness.files import RunLock
+from harness.files import RunLock, open_append, replaced
 from harness.flags import ConfigError
 from harness.scale import broadcast, point_label, point_rows
 from harness.tracking import finish_wandb, safe_wandb, start_wandb
@@ -191,10 +191,24 @@ def claim_run_directory(path, config_json) -> str:
 
 
 def write_json(path, value):
-    """Written to a temporary name and renamed: a kill or a full disk leaves the old file or the new one."""
-    with open(f"{path}.tmp", "w") as f:
-        json.dump(value, f, indent=2)
-    os.replace(f"{path}.tmp", path)
+    """Written to a temporary name and renamed: a kill or a full disk leaves the old file or the new one. NaN and
+    infinities are written as null: JSON has no such numbers (a literal NaN makes the file unreadable to strict
+    parsers)."""
+    with replaced(path) as f:
+        json.dump(json_safe(value), f, indent=2, allow_nan=False)
+
+
+def json_safe(value):
+    """`value` with every non-finite float (numpy's too) as None, numpy scalars as Python numbers."""
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    return value
 
 
 COUNTS = ("env_steps", "episodes", "updates")  # metrics that count something, written as integers
@@ -215,15 +229,14 @@ class MetricsCsv:
         self.path, self.keys, self.seeds = path, keys, seeds
         if make_dir:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(f"{path}.tmp", "w", newline="") as f:
+        with replaced(path, newline="") as f:
             csv.writer(f).writerow(["seed", "iteration", *keys])
             if history is not None:
                 self._write_rows(f, 0, history)
-        os.replace(f"{path}.tmp", path)
 
     def append(self, first, metrics):
         """Rows for iterations first, first + 1, ... of `metrics` {key: (agents, iterations)}, one agent per seed."""
-        with open(self.path, "a", newline="") as f:
+        with open_append(self.path, newline="") as f:  # a link planted at its name is refused
             self._write_rows(f, first, metrics)
 
     def _write_rows(self, f, first, metrics):
@@ -401,8 +414,8 @@ def _pyplot():
 
 def _save(fig, path):
     fig.tight_layout()
-    fig.savefig(f"{path}.tmp", dpi=100, format="png")  # renamed once whole, as write_json does
-    os.replace(f"{path}.tmp", path)
+    with replaced(path, "wb") as f:  # renamed once whole, as write_json does
+        fig.savefig(f, dpi=100, format="png")
     _pyplot().close(fig)
     return path
 

@@ -36,3 +36,49 @@ def test_a_run_directory_has_one_owner_and_a_dead_one_holds_it_no_more(tmp_path)
     lock.release()
     assert not (tmp_path / LOCK_NAME).exists()
     RunLock(str(tmp_path), "--resume").release()
+
+
+def test_the_harness_writes_no_file_through_a_planted_link(tmp_path):
+    """Links planted at the names the run directory's writers use (the files themselves and the temporaries they
+    used to write) point outside it: every writer replaces the link, never the file it points to, and an append
+    to a metrics.csv turned into a link is refused."""
+    import numpy as np
+
+    from harness.records import MetricsCsv, plot_learning_curve, write_json
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    names = ("metrics.csv", "summary.json", "learning_curve.png")
+    for name in names:
+        for planted in (name, f"{name}.tmp"):
+            (run_dir / planted).symlink_to(victim)
+    metrics = {"env_steps": np.array([[8, 16]]), "episodes": np.array([[1, 1]]),
+               "episode_return": np.array([[1.0, 2.0]])}
+    csv_file = MetricsCsv(str(run_dir / "metrics.csv"), list(metrics), [0], metrics)
+    write_json(str(run_dir / "summary.json"), {"return": 1.0})
+    plot_learning_curve(str(run_dir / "learning_curve.png"), metrics, "title")
+    assert victim.read_text() == "precious"
+    for name in names:
+        assert (run_dir / name).is_file() and not (run_dir / name).is_symlink(), name
+    assert (run_dir / "metrics.csv").read_text().splitlines() == [
+        "seed,iteration,env_steps,episodes,episode_return", "0,1,8,1,1.0", "0,2,16,1,2.0"]
+    (run_dir / "metrics.csv").unlink()
+    (run_dir / "metrics.csv").symlink_to(victim)
+    with pytest.raises(OSError):
+        csv_file.append(2, metrics)
+    assert victim.read_text() == "precious"
+
+
+def test_summary_json_is_valid_json_with_nan_as_null(tmp_path):
+    import json
+
+    import numpy as np
+
+    from harness.records import write_json
+
+    write_json(str(tmp_path / "summary.json"), {"a": float("nan"), "b": [np.float32("inf"), 1.5], "c": {"d": np.nan}})
+    text = (tmp_path / "summary.json").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    assert json.loads(text) == {"a": None, "b": [None, 1.5], "c": {"d": None}}
