@@ -153,3 +153,19 @@ def require_checkpoints_for_progress(run_dir, script):
         raise ConfigError(f"--resume: {folder} {missing}, but metrics.csv records {done} iterations: starting again "
                           f"would discard them; put back its checkpoints, or train a new run (python {script} "
                           "without --resume)")
+
+
+def trained_config(run_dir):
+    """-> (the newest checkpoint with a readable record, the config it was trained with, as JSON); None if the run
+    has none. --resume holds config.json to it."""
+    folder = os.path.join(run_dir, "checkpoints")
+    if not os.path.isdir(folder):
+        return None
+    with Checkpoints(run_dir) as checkpoints:
+        for step in sorted(checkpoints.manager.all_steps(), reverse=True):
+            try:
+                meta = checkpoints.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+                return os.path.join(folder, str(step)), dict(meta["config"])
+            except Exception:  # noqa: BLE001 - a damaged record: the restore reports it, and tries an older one
+                continue
+    return None

@@ -1,11 +1,14 @@
 """The returns of the agents' deterministic policies on fresh episodes: at the end of training (summary.json's
 `eval_return`) and with --eval on a saved run, on the same episodes; --gif draws one of them."""
 
+import dataclasses
+import os
+
 import jax
 import numpy as np
 
 from harness.checkpoints import Checkpoints
-from harness.flags import ConfigError, check_paths, read_run_config
+from harness.flags import ConfigError, check_flags, check_paths, read_run_config
 from harness.scale import abstract_agents, agent_layout, agent_parts, sweep_points
 
 # With threefry, fold_in(key, i) equals split(key, n)[i] for every i < n: folding a small number into an agent's
@@ -46,7 +49,14 @@ def evaluate_run(algorithm, config):
         config.eval_episodes
     if not episodes > 0:
         raise ConfigError(f"--eval-episodes must be a positive integer, got {episodes}")
-    run_config = algorithm.resolve(algorithm.config(**{**saved, "eval_episodes": episodes}))
+    run_config = algorithm.config(**{**saved, "eval_episodes": episodes})
+    try:  # the saved config, checked as a new run's is (a config.json edited or damaged into values it cannot run)
+        check_flags(dataclasses.replace(run_config, eval=config.eval))
+        run_config = algorithm.resolve(run_config)
+        algorithm.validate(run_config)
+    except ConfigError as error:
+        raise ConfigError(f"--eval: {os.path.join(config.eval, 'config.json')} holds a config {algorithm.script} "
+                          f"cannot run ({error}); put back the run's values") from None
     name = algorithm.name
     keys, swept, names = agent_layout(run_config, sweep_points(algorithm, run_config))
     if config.seed_index is not None and not 0 <= config.seed_index < len(keys):

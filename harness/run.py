@@ -18,7 +18,7 @@ import tyro
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from harness import compile_cache
-from harness.checkpoints import Checkpoints, require_checkpoints_for_progress
+from harness.checkpoints import Checkpoints, require_checkpoints_for_progress, trained_config
 from harness.evaluation import evaluate_run, evaluation_keys, make_evaluate
 from harness.files import RunLock
 from harness.flags import ConfigError, check_flags, description, given_fields, resumed_config
@@ -63,7 +63,7 @@ def main(algorithm, config=None):
             if config.resume is not None:
                 if config.process_id == 0 and os.path.isdir(config.resume):  # one owner from here to the end
                     held.enter_context(RunLock(config.resume, "--resume"))
-                config = resumed_config(algorithm, config, given or ())
+                config = resumed_config(algorithm, config, given or (), trained_config(config.resume))
                 require_checkpoints_for_progress(config.resume, algorithm.script)
             config, points = check(algorithm, config)
             train(algorithm, config, points)

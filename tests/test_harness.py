@@ -576,6 +576,59 @@ def test_resume_never_discards_recorded_iterations_when_the_checkpoints_are_gone
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
 
 
+def test_resume_holds_config_json_to_the_config_its_checkpoint_was_trained_with(finished_runs, tmp_path, capsys):
+    """A config.json that lost a field or had its seed changed used to change the resumed run silently (a longer
+    run, another seed's labels on the seed-0 agents): it is refused naming the field, unless the command line names
+    the field with the checkpoint's value."""
+    import ppo
+    from harness.checkpoints import trained_config
+    from harness.flags import resumed_config
+
+    run_dir = copy_run(finished_runs, "ppo", tmp_path)
+    (run_dir / "summary.json").unlink()
+    saved = json.loads((run_dir / "config.json").read_text())
+    newest = run_dir / "checkpoints" / "4"
+    edits = {"total_timesteps": ({k: v for k, v in saved.items() if k != "total_timesteps"},
+                                 f"has no total_timesteps, but its newest checkpoint ({newest}) was trained with "
+                                 f"--total-timesteps {saved['total_timesteps']}; put that value back in config.json, "
+                                 f"or pass --total-timesteps {saved['total_timesteps']} to resume the run as it was "
+                                 "trained"),
+             "seed": ({**saved, "seed": 5}, f"says --seed 5, but its newest checkpoint ({newest}) was trained with "
+                                            "--seed 0; ")}
+    for field, (edited, message) in edits.items():
+        (run_dir / "config.json").write_text(json.dumps(edited))
+        before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+        code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(resume=str(run_dir)))
+        assert code == 2 and len(err) == 1 and err[0].startswith(f"error: --resume: {run_dir / 'config.json'} "
+                                                                 f"{message}"), err
+        assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+        # The command line naming the checkpoint's value settles it; another value would change the results.
+        value, flag_name = saved[field], "--" + field.replace("_", "-")
+        resumed = resumed_config(ppo.ALGORITHM, ppo.Config(resume=str(run_dir), **{field: value}), {"resume", field},
+                                 trained_config(str(run_dir)))
+        assert (resumed.seed, resumed.total_timesteps) == (0, saved["total_timesteps"])
+        with pytest.raises(harness.ConfigError, match=f"was trained with {flag_name}"):
+            resumed_config(ppo.ALGORITHM, ppo.Config(resume=str(run_dir), **{field: value + 1}), {"resume", field},
+                           trained_config(str(run_dir)))
+
+
+@pytest.mark.parametrize("field, value", [("num_seeds", 1.5), ("num_seeds", "two"), ("learning_rate", None),
+                                          ("env", "NoSuchEnv-v0")])
+def test_a_foreign_or_damaged_config_json_is_one_error_line(field, value, finished_runs, tmp_path, capsys):
+    """--eval and --resume of a run whose config.json holds values of the wrong type or an unknown env: one line
+    naming config.json and the field, exit 2 (they were tracebacks)."""
+    import ppo
+
+    run_dir = copy_run(finished_runs, "ppo", tmp_path)
+    (run_dir / "summary.json").unlink()
+    saved = json.loads((run_dir / "config.json").read_text())
+    (run_dir / "config.json").write_text(json.dumps({**saved, field: value}))
+    for flag in ("eval", "resume"):
+        code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(**{flag: str(run_dir)}))
+        assert code == 2 and len(err) == 1 and err[0].startswith("error: "), (flag, err)
+        assert field in err[0] or field.replace("_", "-") in err[0], (flag, err)
+
+
 def test_resume_of_a_run_killed_before_its_first_checkpoint_starts_it_again(finished_runs, tmp_path, capsys):
     import ppo
 
