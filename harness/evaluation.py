@@ -9,7 +9,7 @@ import numpy as np
 
 from harness.checkpoints import Checkpoints
 from harness.flags import ConfigError, check_flags, check_paths, read_run_config
-from harness.scale import abstract_agents, agent_layout, agent_parts, sweep_points
+from harness.scale import abstract_agents, agent_layout, agent_parts, check_memory, sweep_points
 
 # With threefry, fold_in(key, i) equals split(key, n)[i] for every i < n: folding a small number into an agent's
 # root key gives a key its init split off (fold_in(key, 1) was ppo's actor init key). No split of the root into
@@ -66,16 +66,22 @@ def evaluate_run(algorithm, config):
         raise ConfigError(f"--gif: gymnax cannot draw {run_config.env}; drop --gif, or evaluate a run on a "
                           "classic-control, MinAtar or misc env")
     parts = agent_parts(algorithm, run_config)
-    abstract_runner = abstract_agents(parts, keys, swept)
+    # Restored onto one device, the one the evaluation is compiled for.
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    abstract_runner = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),
+                                   abstract_agents(parts, keys, swept))
     with Checkpoints(config.eval) as checkpoints:
         restored = checkpoints.restore("--eval", name, run_config, abstract_runner, False)
     if restored is None:
         raise ConfigError(f"--eval: {config.eval} has no checkpoint in checkpoints/ yet; it was stopped or killed "
                           "before its first chunk ended: --resume it")
     runner, _, done = restored
+    evaluate = jax.jit(jax.vmap(lambda key, runner, swept: make_evaluate(algorithm, parts(swept)[0], False)(
+        key, runner))).lower(jax.ShapeDtypeStruct(keys.shape, keys.dtype), abstract_runner, swept).compile()
+    state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(abstract_runner))
+    check_memory(run_config, algorithm, [], state_bytes, 0, evaluate)  # before it runs
     eval_keys = evaluation_keys(keys)
-    returns, _ = jax.jit(jax.vmap(lambda key, runner, swept: make_evaluate(algorithm, parts(swept)[0], False)(
-        key, runner)))(eval_keys, runner, swept)
+    returns, _ = evaluate(eval_keys, runner, swept)
     returns = np.asarray(returns)
     indices = range(len(keys)) if config.seed_index is None else [config.seed_index]
     print(f"{name} on {run_config.env}, checkpoint after {done} iterations: deterministic policy, {episodes} "

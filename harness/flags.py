@@ -174,6 +174,8 @@ def check_paths(config):
     if config.gif is not None:
         if os.path.isdir(config.gif):
             raise ConfigError(f"--gif {config.gif} is a directory; give a file path, e.g. {config.gif}/episode.gif")
+        if not config.gif.lower().endswith(".gif"):  # PIL picks the format from the name, after the drawing
+            raise ConfigError(f"--gif {config.gif}: the file name must end in .gif, e.g. {config.gif}.gif")
         folder = os.path.dirname(os.path.abspath(config.gif))
         if not os.path.isdir(folder):
             raise ConfigError(f"--gif {config.gif}: the folder {folder} does not exist; create it first")

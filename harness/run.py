@@ -211,6 +211,7 @@ class Job:
     parts: object  # harness.scale.agent_parts
     abstract_runner: object  # every agent's state as shapes, split over the devices
     segment: object  # the training program, not compiled
+    evaluate: object  # the final evaluation of every agent, not compiled
     period: int  # iterations between progress lines
     length: int  # rows of the segment program's metrics
     ends: list  # the iteration after each chunk
@@ -247,17 +248,22 @@ def plan(algorithm, config, points) -> Job:
         return make_segment(run, as_built_by(init, one_agent), length, structure)(
             agent, as_built_by(init, runner), start, count)
 
+    evaluate = over_agents(lambda key, runner, swept: make_evaluate(algorithm, parts(swept)[0])(key, runner), mesh,
+                           (0, 0, 0))
     return Job(algorithm, config, points, keys, to_agents(swept, sharding), names, mesh, sharding,
                to_agents(np.arange(len(keys), dtype=np.int32), sharding), parts, abstract_runner,
-               over_agents(segment, mesh, (0, 0, None, None, 0)), period, length, ends)
+               over_agents(segment, mesh, (0, 0, None, None, 0)), evaluate, period, length, ends)
 
 
 def compile_training(job, run_dir) -> tuple:
-    """-> (the compiled training program, seconds it took). Compiled from shapes alone, so a run too big for memory
-    is refused before anything is allocated (the run directory given up)."""
+    """-> (the compiled training program, the compiled final evaluation, seconds they took). Compiled from shapes
+    alone, so a run too big for memory (its training, or its evaluation on --eval-episodes envs per agent) is
+    refused before anything is allocated (the run directory given up)."""
     start = time.perf_counter()
     scalar = jax.ShapeDtypeStruct((), jnp.int32)
     compiled = job.segment.lower(job.agent_ids, job.abstract_runner, scalar, scalar, job.swept).compile()
+    keys = jax.ShapeDtypeStruct(job.keys.shape, job.keys.dtype, sharding=job.sharding)
+    evaluation = job.evaluate.lower(keys, job.abstract_runner, job.swept).compile()
     compile_s = time.perf_counter() - start
     state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(job.abstract_runner))
     metric_keys = job.algorithm.metric_keys_of(job.config)
@@ -265,11 +271,11 @@ def compile_training(job, run_dir) -> tuple:
     try:
         check_metric_keys(job.algorithm, metric_keys, compiled.out_info[1])
         check_memory(job.config, job.algorithm, [compiled], state_bytes * len(agents) // len(job.keys),
-                     len(job.keys) * job.num_iterations * len(metric_keys) * 4)
+                     len(job.keys) * job.num_iterations * len(metric_keys) * 4, evaluation)
     except ConfigError:
         run_dir.give_up()
         raise
-    return compiled, compile_s
+    return compiled, evaluation, compile_s
 
 
 def check_metric_keys(algorithm, metric_keys, reported):
@@ -357,7 +363,7 @@ def train(algorithm, config, points):
                              f"in whole iterations of {step:,})")
                 print(f"{algorithm.name} on {config.env}: {described} x {steps} in {config.num_chunks} chunk(s) on "
                       f"{job.mesh.devices.size} device(s), run dir {run_dir.path}", flush=True)
-            compiled, compile_s = compile_training(job, run_dir)
+            compiled, evaluation, compile_s = compile_training(job, run_dir)
             run_dir.start_wandb()
             progress.wandb_runs = run_dir.wandb_runs
             try:
@@ -382,21 +388,21 @@ def train(algorithm, config, points):
                 run_dir.finish_wandb(exit_code=1)
                 raise
         train_s = time.perf_counter() - progress.start
-        summarize(job, runner, history, run_dir, {"resumed_after_iteration": done or None, "compile_s": compile_s,
-                                                   "train_s": train_s}, progress.start_steps)
+        summarize(job, evaluation, runner, history, run_dir, {"resumed_after_iteration": done or None,
+                                                               "compile_s": compile_s, "train_s": train_s},
+                  progress.start_steps)
     finally:  # a new run's directory is owned until the end
         if run_dir is not None:
             run_dir.release()
 
 
-def summarize(job, runner, history, run_dir, extra, start_steps):
-    """The final evaluation of every agent, the end-of-run report and the run directory's summaries."""
+def summarize(job, evaluate, runner, history, run_dir, extra, start_steps):
+    """The final evaluation of every agent (`evaluate`: job.evaluate compiled), the end-of-run report and the run
+    directory's summaries."""
     algorithm, config, keys = job.algorithm, job.config, job.keys
     if job.lead:
         print(f"trained in {extra['train_s']:.1f} s; evaluating {plural(len(keys), 'agent')} on "
               f"{plural(config.eval_episodes, 'episode')} each, then writing the summaries and plots", flush=True)
-    evaluate = over_agents(lambda key, runner, swept: make_evaluate(algorithm, job.parts(swept)[0])(key, runner),
-                           job.mesh, (0, 0, 0))
     eval_returns, stats = gather(evaluate(to_agents(evaluation_keys(keys), job.sharding), runner, job.swept),
                                  "the final evaluation")
     if not job.lead:

@@ -476,27 +476,32 @@ def available_memory(device) -> tuple[int | None, str]:
     return free, "this host"
 
 
-def check_memory(config, algorithm, programs, state_bytes, host_bytes):
+def check_memory(config, algorithm, programs, state_bytes, host_bytes, evaluation=None):
     """ConfigError, before anything is allocated, when the run cannot fit: each compiled training program's
     arguments, outputs and temporaries (XLA's `memory_analysis`, per device), plus one more copy of the agents'
     state (a checkpoint copies it to the host) and `host_bytes` (the metrics history), against the memory
-    available. Host devices share the host's memory, so on CPU their needs add up."""
+    available. Host devices share the host's memory, so on CPU their needs add up. `evaluation`: the compiled final
+    evaluation (--eval-episodes envs per agent at once), which runs after training and is counted the same way."""
     devices = jax.local_devices()
-    per_device = 0
-    for program in programs:
+    needs = []
+    for program in [*programs, *([evaluation] if evaluation is not None else [])]:
         stats = program.memory_analysis()
         if stats is None:
             return
-        per_device = max(per_device, stats.argument_size_in_bytes + stats.output_size_in_bytes
-                         - stats.alias_size_in_bytes + stats.temp_size_in_bytes)
+        needs.append(stats.argument_size_in_bytes + stats.output_size_in_bytes - stats.alias_size_in_bytes
+                     + stats.temp_size_in_bytes)
+    per_device = max(needs)
     on_cpu = devices[0].platform == "cpu"
     need = per_device * (len(devices) if on_cpu else 1) + (state_bytes + host_bytes if on_cpu else 0)
     free, where = available_memory(devices[0])
     if free is None or need <= free:
         return
+    lower = size_flags(algorithm, config, host_bytes > state_bytes)
+    if evaluation is not None and needs[-1] > max(needs[:-1], default=0):
+        lower = (f"{flag('eval_episodes')} (the final evaluation plays {config.eval_episodes:,} episodes per agent at "
+                 f"once), or {lower}")
     raise ConfigError(f"the run needs about {need / 1e9:.1f} GB of memory ({state_bytes / 1e9:.1f} GB of it the "
-                      f"state of its agents) and {where} has {free / 1e9:.1f} GB available: lower "
-                      f"{size_flags(algorithm, config, host_bytes > state_bytes)}")
+                      f"state of its agents) and {where} has {free / 1e9:.1f} GB available: lower {lower}")
 
 
 def size_flags(algorithm, config, history=False) -> str:

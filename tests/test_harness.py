@@ -373,9 +373,24 @@ def test_bad_gif_paths_exit_2(tmp_path, capsys):
 
     run_dir = tmp_path / "no_run"  # the --gif checks come before the run directory is read
     for gif, words in ((str(tmp_path), "is a directory; give a file path"),
-                       (str(tmp_path / "missing" / "a.gif"), "the folder")):
+                       (str(tmp_path / "missing" / "a.gif"), "the folder"),
+                       (str(tmp_path / "episode.png"), "the file name must end in .gif")):  # was PIL's, after drawing
         code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(eval=str(run_dir), gif=gif))
         assert code == 2 and len(err) == 1 and err[0].startswith(f"error: --gif {gif}") and words in err[0], err
+
+
+def test_an_evaluation_too_big_for_memory_exits_2_before_training(finished_runs, tmp_path, capsys):
+    """--eval-episodes enters the memory check: a billion episodes per agent used to train the whole run and then
+    run out of memory in the final evaluation."""
+    module, config = tiny_config("ppo", tmp_path / "runs", run_name="big", eval_episodes=10**9)
+    code, err = exit_code_and_error(capsys, module.main, config)
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith("error: the run needs about ") and "lower --eval-episodes (the final evaluation plays " \
+        "1,000,000,000 episodes per agent at once), or --num-seeds" in err[0], err
+    assert "iteration" not in capsys.readouterr().out and not (tmp_path / "runs" / "big").exists()
+    code, err = exit_code_and_error(capsys, module.main, module.Config(eval=str(finished_runs["ppo"]),
+                                                                           eval_episodes=10**9))
+    assert code == 2 and len(err) == 1 and "lower --eval-episodes" in err[0], err  # --eval: before it is read
 
 
 @pytest.mark.parametrize("args, message", [
