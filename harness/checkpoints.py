@@ -5,8 +5,10 @@ written."""
 
 import csv
 import dataclasses
+import itertools
 import logging
 import os
+import zlib
 
 import jax
 import numpy as np
@@ -53,8 +55,10 @@ class Checkpoints:
 
     def save(self, done, runner, history, name, config):
         """Starts writing checkpoint `done` in the background; a failed write (this one's or the one before's)
-        raises OSError naming the checkpoint and the cause."""
-        meta = {"algo": name, "env": config.env, "iterations": done, "config": dataclasses.asdict(config)}
+        raises OSError naming the checkpoint and the cause. Its record holds a checksum of every array, so damage
+        that still reads (flipped bytes) is found on restore."""
+        meta = {"algo": name, "env": config.env, "iterations": done, "config": dataclasses.asdict(config),
+                "checksums": {"runner": checksums(runner), "history": checksums(history)}}
         try:
             self.manager.save(done, args=ocp.args.Composite(
                 runner=ocp.args.StandardSave(runner), history=ocp.args.StandardSave(history),
@@ -94,14 +98,18 @@ class Checkpoints:
                 if with_history:
                     items["history"] = ocp.args.StandardRestore()
                 restored = self.manager.restore(step, args=ocp.args.Composite(**items))
-            except (OSError, ValueError, KeyError, TypeError) as error:
+                verify(meta, restored, with_history)
+            except ConfigError:
+                raise
+            except Exception as error:  # noqa: BLE001 - orbax and tensorstore raise bare Exceptions for damaged files
                 if any(sign in str(error) for sign in STRUCTURE_MISMATCH):
                     raise ConfigError(f"{which}: checkpoint {where} holds an agent state of another structure than "
                                       f"this version of the script makes (it changed since the run was written, or "
                                       "the run is an older scanrl's); use the version that wrote it, or start a new "
                                       "run") from None
                 errors.append(f"checkpoint {where} cannot be read ({type(error).__name__}: "
-                              f"{str(error).splitlines()[0] if str(error) else ''}); it is damaged or incomplete")
+                              f"{str(error).strip().splitlines()[0][:200] if str(error).strip() else ''}); it is "
+                              "damaged or incomplete")
                 print(f"warning: {errors[-1]}; trying an older one", flush=True)
                 continue
             if errors and which == "--resume":
@@ -117,8 +125,31 @@ class Checkpoints:
         aside = os.path.join(self.run_dir, "damaged_checkpoints")
         os.makedirs(aside, exist_ok=True)
         for step in steps:
-            os.replace(os.path.join(self.run_dir, "checkpoints", str(step)), os.path.join(aside, str(step)))
+            target = os.path.join(aside, str(step))
+            for n in itertools.count(1):  # an earlier damaged copy of that step stays
+                if not os.path.lexists(target):
+                    break
+                target = os.path.join(aside, f"{step}.{n}")
+            os.replace(os.path.join(self.run_dir, "checkpoints", str(step)), target)
         self.manager.reload()
+
+
+def checksums(tree) -> list[int] | None:
+    """CRC-32 of every array of `tree` (its bytes, in leaf order); None in a multi-process run (no process holds
+    every agent's arrays)."""
+    if jax.process_count() > 1:
+        return None
+    return [zlib.crc32(np.ascontiguousarray(np.asarray(x)).view(np.uint8)) for x in jax.tree.leaves(tree)]
+
+
+def verify(meta, restored, with_history):
+    """ValueError unless the restored arrays have the checksums the checkpoint's record holds (a checkpoint of a
+    version that wrote none is taken as it is)."""
+    recorded = meta.get("checksums") or {}
+    for item in ("runner", "history") if with_history else ("runner",):
+        expected = recorded.get(item)
+        if expected is not None and checksums(getattr(restored, item)) != list(expected):
+            raise ValueError(f"its {item} arrays do not match the checksums recorded when it was written")
 
 
 def recorded_iterations(run_dir) -> int:

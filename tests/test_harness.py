@@ -644,6 +644,32 @@ def test_a_foreign_or_damaged_config_json_is_one_error_line(field, value, finish
         assert field in err[0] or field.replace("_", "-") in err[0], (flag, err)
 
 
+@pytest.mark.parametrize("damage", ["truncated array file", "arrays unlike their checksums"])
+def test_resume_sets_damaged_checkpoint_data_aside_and_goes_on_from_an_intact_one(damage, finished_runs, tmp_path,
+                                                                                   capsys):
+    """Damage inside the newest checkpoint's arrays: a file cut short (orbax raised a bare Exception: a traceback)
+    or arrays that read but are not what was written (flipped bytes, restored silently): the checkpoint is set
+    aside with a warning and the run goes on from the one before, to the uninterrupted run's metrics."""
+    import ppo
+
+    run_dir = copy_run(finished_runs, "ppo", tmp_path)
+    (run_dir / "summary.json").unlink()
+    newest = run_dir / "checkpoints" / "4"
+    if damage == "truncated array file":
+        data = max((p for p in (newest / "runner").rglob("*") if p.is_file() and p.parent.name == "d"),
+                   key=lambda p: p.stat().st_size)
+        data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    else:  # the arrays as written, their recorded checksum not: as if the arrays had changed after the write
+        meta = json.loads((newest / "meta" / "metadata").read_text())
+        meta["checksums"]["runner"][0] ^= 1
+        (newest / "meta" / "metadata").write_text(json.dumps(meta))
+    ppo.main(ppo.Config(resume=str(run_dir)))
+    out = capsys.readouterr().out
+    assert f"warning: checkpoint {newest} cannot be read (" in out and "resuming after iteration 3 of 4" in out
+    assert (run_dir / "damaged_checkpoints" / "4").is_dir()
+    assert read_csv(run_dir / "metrics.csv") == read_csv(finished_runs["ppo"] / "metrics.csv")
+
+
 def test_resume_of_a_run_killed_before_its_first_checkpoint_starts_it_again(finished_runs, tmp_path, capsys):
     import ppo
 
