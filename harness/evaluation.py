@@ -9,7 +9,14 @@ import numpy as np
 
 from harness.checkpoints import Checkpoints
 from harness.flags import ConfigError, check_flags, check_paths, read_run_config
-from harness.scale import abstract_agents, agent_layout, agent_parts, check_memory, sweep_points
+from harness.scale import (
+    abstract_agents,
+    agent_layout,
+    agent_parts,
+    check_agent_memory,
+    check_memory,
+    sweep_points,
+)
 
 # With threefry, fold_in(key, i) equals split(key, n)[i] for every i < n: folding a small number into an agent's
 # root key gives a key its init split off (fold_in(key, 1) was ppo's actor init key). No split of the root into
@@ -58,7 +65,9 @@ def evaluate_run(algorithm, config):
         raise ConfigError(f"--eval: {os.path.join(config.eval, 'config.json')} holds a config {algorithm.script} "
                           f"cannot run ({error}); put back the run's values") from None
     name = algorithm.name
-    keys, swept, names = agent_layout(run_config, sweep_points(algorithm, run_config))
+    points = sweep_points(algorithm, run_config)
+    check_agent_memory(algorithm, run_config, run_config.num_seeds * len(points))
+    keys, swept, names = agent_layout(run_config, points)
     if config.seed_index is not None and not 0 <= config.seed_index < len(keys):
         raise ConfigError(f"--seed-index {config.seed_index} is out of range: the run has {len(keys)} agents "
                           f"(indices 0 to {len(keys) - 1})")

@@ -29,6 +29,7 @@ from harness.scale import (
     agent_parts,
     any_process,
     as_built_by,
+    check_agent_memory,
     check_memory,
     check_sweep_points,
     check_swept,
@@ -229,6 +230,7 @@ def plan(algorithm, config, points) -> Job:
     """The agents (sweep points x seeds) over the devices, and the training program of one agent, vmapped over a
     device's agents and split over the devices (shard_map). Each agent's swept values go in as arrays, and the
     script's parts are made in the program with them (`agent_parts`)."""
+    check_agent_memory(algorithm, config, config.num_seeds * len(points))  # before anything per agent is made
     keys, swept, names = agent_layout(config, points)
     mesh = Mesh(np.array(choose_devices(config, len(keys))), ("agents",))
     sharding = NamedSharding(mesh, PartitionSpec("agents"))

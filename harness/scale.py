@@ -18,7 +18,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import PartitionSpec
 
 from harness import jax_private
-from harness.flags import MAX_COUNT, ConfigError, flag, require_finite
+from harness.flags import MAX_COUNT, ConfigError, flag, require_count, require_finite
 from harness.jax_private import coordination_client
 
 
@@ -465,15 +465,46 @@ def available_memory(device) -> tuple[int | None, str]:
             free = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
     except (OSError, StopIteration, ValueError, IndexError):
         pass
-    try:  # cgroup v2: a container's limit may be far below the host's memory
-        with open("/sys/fs/cgroup/memory.max") as f, open("/sys/fs/cgroup/memory.current") as g:
-            limit = f.read().strip()
-            if limit != "max":
-                left = int(limit) - int(g.read())
-                free = left if free is None else min(free, left)
-    except (OSError, ValueError):
-        pass
+    left = cgroup_memory_left()  # a container's limit may be far below the host's memory
+    if left is not None:
+        free = left if free is None else min(free, left)
     return free, "this host"
+
+
+def cgroup_memory_left(root="/sys/fs/cgroup") -> int | None:
+    """Bytes this process's cgroup may still allocate: its limit less its usage, from cgroup v2 (memory.max,
+    memory.current) or v1 (memory/memory.limit_in_bytes, memory.usage_in_bytes); None without a limit (v2's "max",
+    v1's page-rounded 2**63) or a cgroup file to read."""
+    for limit_file, usage_file in (("memory.max", "memory.current"),
+                                   ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes")):
+        try:
+            with open(os.path.join(root, limit_file)) as f, open(os.path.join(root, usage_file)) as g:
+                limit, usage = f.read().strip(), g.read().strip()
+            if limit == "max" or int(limit) >= 2**62:
+                return None
+            return max(0, int(limit) - int(usage))
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def check_agent_memory(algorithm, config, num_agents):
+    """ConfigError before anything is made per agent (keys, swept values, states, the compiled program's check):
+    too many agents for an int32 count, or for their state alone in the memory available: one agent's state (its
+    shapes, traced; nothing allocated) twice (training and a checkpoint's host copy) and its metrics history, times
+    this process's agents. The full check (`check_memory`) follows from the compiled programs."""
+    require_count(num_agents, "agents (--num-seeds x sweep points)", flag("num_seeds"))
+    _, init, _ = agent_parts(algorithm, config)({})
+    one = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(jax.eval_shape(
+        init, jax.ShapeDtypeStruct((2,), jnp.uint32))))
+    history = algorithm.num_iterations(config) * len(algorithm.metric_keys_of(config)) * 4
+    local = -(-num_agents // jax.process_count())
+    need = local * (2 * one + history + 8)
+    free, where = available_memory(jax.local_devices()[0])
+    if free is not None and need > free:
+        raise ConfigError(f"the run needs about {need / 1e9:.1f} GB of memory ({local * one / 1e9:.1f} GB of it the "
+                          f"state of its {local:,} agents) and {where} has {free / 1e9:.1f} GB available: lower "
+                          f"{size_flags(algorithm, config, history > one)}")
 
 
 def check_memory(config, algorithm, programs, state_bytes, host_bytes, evaluation=None):

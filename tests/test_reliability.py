@@ -82,3 +82,39 @@ def test_summary_json_is_valid_json_with_nan_as_null(tmp_path):
     text = (tmp_path / "summary.json").read_text()
     assert "NaN" not in text and "Infinity" not in text
     assert json.loads(text) == {"a": None, "b": [None, 1.5], "c": {"d": None}}
+
+
+@pytest.mark.parametrize("layout", ["v2", "v1", "v2 unlimited", "v1 unlimited", "none"])
+def test_the_memory_check_reads_cgroup_v1_and_v2_limits(layout, tmp_path):
+    from harness.scale import cgroup_memory_left
+
+    files = {"v2": {"memory.max": "8000\n", "memory.current": "3000\n"},
+             "v1": {"memory/memory.limit_in_bytes": "8000\n", "memory/memory.usage_in_bytes": "3000\n"},
+             "v2 unlimited": {"memory.max": "max\n", "memory.current": "3000\n"},
+             "v1 unlimited": {"memory/memory.limit_in_bytes": "9223372036854771712\n",
+                              "memory/memory.usage_in_bytes": "3000\n"},
+             "none": {}}[layout]
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert cgroup_memory_left(str(tmp_path)) == (5000 if layout in ("v1", "v2") else None)
+
+
+@pytest.mark.parametrize("num_seeds, message", [
+    (2**31, "agents (--num-seeds x sweep points): 2,147,483,648 is more than the 2,147,483,647"),
+    (10**8, "the run needs about "),
+])
+def test_too_many_agents_are_refused_before_anything_is_made_per_agent(num_seeds, message, tmp_path, capsys,
+                                                                      monkeypatch):
+    """The agent count is checked before the agents' keys exist: 2**31 seeds used to take 10 GB and two minutes
+    with no output, 10**8 seeds 9.4 GB before the memory check refused them."""
+    import ppo
+    from harness import scale
+
+    made = []
+    monkeypatch.setattr(scale, "seed_keys", lambda config: made.append(config) or pytest.fail("keys were made"))
+    with pytest.raises(SystemExit) as exited:
+        ppo.main(ppo.Config(num_seeds=num_seeds, out_dir=str(tmp_path / "runs")))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exited.value.code == 2 and len(err) == 1 and err[0].startswith(f"error: {message}"), err
+    assert not made and not (tmp_path / "runs").exists()
