@@ -118,3 +118,46 @@ def test_too_many_agents_are_refused_before_anything_is_made_per_agent(num_seeds
     err = capsys.readouterr().err.strip().splitlines()
     assert exited.value.code == 2 and len(err) == 1 and err[0].startswith(f"error: {message}"), err
     assert not made and not (tmp_path / "runs").exists()
+
+
+def test_the_compile_cache_runs_only_entries_it_wrote_and_opens_only_regular_files(tmp_path, capsys):
+    """An entry is tied to the program that wrote it (this format, jax and jaxlib) and to its key and content: one
+    another program wrote under the same key is not found, a damaged or foreign one is dropped with one note (it
+    used to fail every later run), and a FIFO or a link at an entry's name is dropped without being opened (a FIFO
+    hung the run)."""
+    import threading
+
+    from harness.compile_cache import FileCache
+
+    cache = FileCache(tmp_path)
+    cache.put("jit_f-1", b"executable")
+    assert cache.get("jit_f-1") == b"executable"
+    other = FileCache(tmp_path)
+    other.program = "another-program"
+    assert other.get("jit_f-1") is None  # another program's entries are its own
+    other.put("jit_f-2", b"theirs")
+    assert cache.get("jit_f-2") is None
+
+    (entry,) = [p for p in tmp_path.iterdir() if p.name.startswith("jit_f-1-")]
+    entry.write_bytes(entry.read_bytes()[:-1] + b"X")  # damaged
+    assert cache.get("jit_f-1") is None and not entry.exists()
+    entry.write_bytes(b"a foreign executable")
+    assert cache.get("jit_f-1") is None and not entry.exists()
+    victim = tmp_path.parent / "victim"
+    victim.write_bytes(b"precious")
+    entry.symlink_to(victim)
+    assert cache.get("jit_f-1") is None and not entry.is_symlink() and victim.read_bytes() == b"precious"
+    os.mkfifo(entry)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(cache.get("jit_f-1")), daemon=True)
+    reader.start()
+    reader.join(timeout=10)
+    if reader.is_alive():  # let the thread go before failing
+        with open(entry, "wb"):
+            pass
+        pytest.fail("a FIFO at an entry's name was opened and waited on")
+    assert got == [None] and not entry.exists()
+    notes = capsys.readouterr().err.strip().splitlines()
+    assert len(notes) == 1 and notes[0].startswith("note: compile cache: dropped "), notes
+    cache.put("jit_f-1", b"compiled again")
+    assert cache.get("jit_f-1") == b"compiled again"
