@@ -41,6 +41,7 @@ from harness.scale import (
     over_agents,
     peers_within_timeout,
     size_flags,
+    sweep_overrides,
     sweep_points,
     to_agents,
 )
@@ -177,12 +178,13 @@ def make_segment(run, one_agent, length, structure):
     return segment
 
 
-def run_chunk(compiled, job, runner, start, end, progress):
+def run_chunk(compiled, job, runner, start, end, progress, stop=None):
     """Iterations [start, end) as pieces of the compiled segment program, each ending where a progress line is
-    due (or at `end`); while one piece runs, the host prints the last one's lines. -> (runner, every agent's
-    metrics of the chunk, as numpy)."""
+    due (or at `end`); while one piece runs, the host prints the last one's lines. A stop request (`stop`, given
+    on one process) ends the chunk where the piece under way ends, so Ctrl-C or SIGTERM act within a progress
+    period, not a chunk. -> (runner, every agent's metrics of the iterations run, as numpy, the iteration reached)."""
     pieces = []
-    while start < end:
+    while start < end and not (stop is not None and stop.signal and pieces):
         count = min(end, (start // job.period + 1) * job.period, start + job.length) - start
         runner, rows = compiled(job.agent_ids, runner, np.int32(start), np.int32(count), job.swept)  # not awaited
         if progress is not None and pieces:
@@ -193,7 +195,7 @@ def run_chunk(compiled, job, runner, start, end, progress):
         progress.show(*pieces[-1])
     gathered = gather([rows for _, _, rows in pieces])
     return runner, {key: np.concatenate([rows[key][:, :count] for (_, count, _), rows in
-                                         zip(pieces, gathered, strict=True)], axis=1) for key in gathered[0]}
+                                         zip(pieces, gathered, strict=True)], axis=1) for key in gathered[0]}, start
 
 
 @dataclasses.dataclass
@@ -232,7 +234,11 @@ def plan(algorithm, config, points) -> Job:
     script's parts are made in the program with them (`agent_parts`)."""
     check_agent_memory(algorithm, config, config.num_seeds * len(points))  # before anything per agent is made
     keys, swept, names = agent_layout(config, points)
-    mesh = Mesh(np.array(choose_devices(config, len(keys))), ("agents",))
+    devices = choose_devices(config, len(keys))
+    # config.json and the checkpoints record the count, so --resume trains on as many devices (its numbers depend on
+    # how the agents are split), or says it cannot.
+    config = dataclasses.replace(config, num_devices=len(devices))
+    mesh = Mesh(np.array(devices), ("agents",))
     sharding = NamedSharding(mesh, PartitionSpec("agents"))
     parts = agent_parts(algorithm, config)
     abstract_runner = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
@@ -317,14 +323,17 @@ def start_or_resume(job, checkpoints, run_dir) -> tuple:
 
 def train_chunks(job, compiled, runner, history, done, checkpoints, run_dir, progress, stop):
     """The chunks after iteration `done`: after each, its rows appended to metrics.csv, a non-finite check, a
-    checkpoint, and a stop if a signal came. -> (runner, every iteration's metrics)."""
+    checkpoint, and a stop if a signal came (on one process, a signal ends the chunk early: `run_chunk`).
+    -> (runner, every iteration's metrics)."""
     config, algorithm = job.config, job.algorithm
     profile_dir = os.path.join(run_dir.path, "profile")
     remaining = [end for end in job.ends if end > done]
     for start, end in zip([done, *remaining][:len(remaining)], remaining, strict=True):
         profiled = config.profile and start == done and job.lead
         with jax.profiler.trace(profile_dir, create_perfetto_trace=True) if profiled else contextlib.nullcontext():
-            runner, metrics = run_chunk(compiled, job, runner, start, end, progress if job.lead else None)
+            # One process may stop mid-chunk; several stop together where a chunk ends (any_process below).
+            runner, metrics, end = run_chunk(compiled, job, runner, start, end, progress if job.lead else None,
+                                             stop if jax.process_count() == 1 else None)
         if job.lead:
             run_dir.append_metrics(start, metrics)
         if metrics["nonfinite"].any():
@@ -348,6 +357,10 @@ def train(algorithm, config, points):
     """A new or resumed run: planned, its directory claimed, compiled, trained in chunks, then evaluated and
     summarised."""
     job = plan(algorithm, config, points)
+    config = job.config  # with its device count
+    if job.lead:
+        for note in sweep_overrides(algorithm, config, points):
+            print(note)
     progress = Progress(config, points, local_agents(job.sharding, len(job.keys)), [],
                         algorithm.metric_keys_of(config), job.period)
     run_dir = None
@@ -366,6 +379,12 @@ def train(algorithm, config, points):
                 print(f"{algorithm.name} on {config.env}: {described} x {steps} in {config.num_chunks} chunk(s) on "
                       f"{job.mesh.devices.size} device(s), run dir {run_dir.path}", flush=True)
             compiled, evaluation, compile_s = compile_training(job, run_dir)
+            signum = any_process(stop.signal or 0)
+            if signum:  # during compilation: nothing trained yet, nothing to wait for
+                raise RunStopped(f"{signal.Signals(signum).name}: stopped while compiling, before any training: "
+                                 f"nothing was trained{' further' if config.resume else ''}; "
+                                 f"{'continue' if config.resume else 'start it'} with: python {algorithm.script} "
+                                 f"--resume {run_dir.path}", 128 + signum)
             run_dir.start_wandb()
             progress.wandb_runs = run_dir.wandb_runs
             try:

@@ -236,6 +236,17 @@ def point_label(point: dict) -> str:
     return ",".join(f"{k}={v:g}" for k, v in point.items())
 
 
+def sweep_overrides(algorithm, config, points) -> list[str]:
+    """A note for each swept field whose own flag was set too (its value is not the default): the sweep's values
+    replace it, which the run says rather than silently drop the flag."""
+    if not config.sweep:
+        return []
+    defaults = algorithm.config()
+    return [f"note: --sweep {name}={','.join(f'{p[name]:g}' for p in points)} overrides {flag(name)} "
+            f"{getattr(config, name)}: each point trains with its own value" for name in points[0]
+            if getattr(config, name) != getattr(defaults, name)]
+
+
 def check_sweep_points(algorithm, config, points):
     """Every sweep value must be one the algorithm accepts on its own."""
     if not config.sweep:
@@ -376,6 +387,11 @@ def choose_devices(config, num_agents: int) -> list:
                               f"{jax.process_count()} processes; use a multiple of {len(devices)} agents")
         return devices
     if config.num_devices is not None:
+        if config.num_devices > len(devices) and config.resume is not None:
+            raise ConfigError(f"--resume: the run trained on {config.num_devices} devices and this process sees "
+                              f"{len(devices)}; resume it where it sees {config.num_devices} (CPU: XLA_FLAGS="
+                              f"--xla_force_host_platform_device_count={config.num_devices}), or pass --num-devices "
+                              f"{len(devices)} to go on with numbers an uninterrupted run would not give")
         if config.num_devices > len(devices):
             raise ConfigError(f"{flag('num_devices')} {config.num_devices}: this process sees {len(devices)} "
                               "device(s)")

@@ -670,6 +670,71 @@ def test_resume_sets_damaged_checkpoint_data_aside_and_goes_on_from_an_intact_on
     assert read_csv(run_dir / "metrics.csv") == read_csv(finished_runs["ppo"] / "metrics.csv")
 
 
+def test_a_signal_during_compilation_stops_before_training_saying_nothing_was_trained(tmp_path, capsys,
+                                                                                       monkeypatch):
+    """SIGTERM while the program compiles used to train the whole first chunk first."""
+    import harness.run
+
+    compile_training = harness.run.compile_training
+
+    def compile_then_signal(*args):
+        compiled = compile_training(*args)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return compiled
+
+    monkeypatch.setattr(harness.run, "compile_training", compile_then_signal)
+    module, config = tiny_config("ppo", tmp_path / "runs", run_name="stopped")
+    code, err = exit_code_and_error(capsys, module.main, config)
+    run_dir = tmp_path / "runs" / "stopped"
+    assert code == 128 + signal.SIGTERM and err[-1] == ("SIGTERM: stopped while compiling, before any training: "
+                                                        "nothing was trained; start it with: python ppo.py --resume "
+                                                        f"{run_dir}"), err
+    assert sorted(p.name for p in run_dir.iterdir()) == ["config.json"]
+
+
+def test_a_signal_in_a_single_chunk_run_stops_where_the_iterations_under_way_end(finished_runs, tmp_path, capsys,
+                                                                                monkeypatch):
+    """With one chunk, SIGTERM was acted on only when the run had ended (exit 0): it stops after the piece of the
+    chunk under way (here 1 iteration), with metrics and a checkpoint, and --resume ends with the uninterrupted
+    run's metrics."""
+    from harness.records import Progress
+
+    show, shown = Progress.show, []
+
+    def show_then_signal(self, *args):
+        if not shown:
+            os.kill(os.getpid(), signal.SIGTERM)
+        shown.append(args[0])
+        return show(self, *args)
+
+    monkeypatch.setattr(Progress, "show", show_then_signal)
+    module, config = tiny_config("ppo", tmp_path / "runs", run_name="one_chunk", num_chunks=1)
+    code, err = exit_code_and_error(capsys, module.main, config)
+    run_dir = tmp_path / "runs" / "one_chunk"
+    assert code == 128 + signal.SIGTERM and err[-1].startswith("SIGTERM: stopped after iteration 2 of 4, metrics and "
+                                                               "checkpoint written; continue with: "), err
+    assert checkpoint_steps(run_dir) == [2] and len(read_csv(run_dir / "metrics.csv")) == 1 + 2 * 2
+    monkeypatch.setattr(Progress, "show", show)
+    module.main(module.Config(resume=str(run_dir)))
+    assert read_csv(run_dir / "metrics.csv") == read_csv(finished_runs["ppo"] / "metrics.csv")
+
+
+def test_resume_keeps_the_device_count_the_run_trained_on(finished_runs, tmp_path, capsys):
+    """config.json records the devices a run was split over; a resume where there are fewer says so (it used to
+    switch the count, and the numbers, silently)."""
+    import ppo
+
+    run_dir = copy_run(finished_runs, "ppo", tmp_path)
+    saved = json.loads((run_dir / "config.json").read_text())
+    assert saved["num_devices"] == json.loads((run_dir / "summary.json").read_text())["num_devices"] >= 1
+    (run_dir / "summary.json").unlink()
+    more = len(jax.devices()) + 1
+    (run_dir / "config.json").write_text(json.dumps({**saved, "num_devices": more}))
+    code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(resume=str(run_dir)))
+    assert code == 2 and len(err) == 1 and err[0].startswith(
+        f"error: --resume: the run trained on {more} devices and this process sees {len(jax.devices())}; "), err
+
+
 def test_resume_of_a_run_killed_before_its_first_checkpoint_starts_it_again(finished_runs, tmp_path, capsys):
     import ppo
 

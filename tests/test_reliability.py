@@ -161,3 +161,15 @@ def test_the_compile_cache_runs_only_entries_it_wrote_and_opens_only_regular_fil
     assert len(notes) == 1 and notes[0].startswith("note: compile cache: dropped "), notes
     cache.put("jit_f-1", b"compiled again")
     assert cache.get("jit_f-1") == b"compiled again"
+
+
+def test_a_sweep_says_which_flags_its_values_override():
+    import ppo
+    from harness.scale import sweep_overrides, sweep_points
+
+    config = ppo.Config(learning_rate=1e-3, sweep=("lr=1e-3,3e-4",))
+    assert sweep_overrides(ppo.ALGORITHM, config, sweep_points(ppo.ALGORITHM, config)) == [
+        "note: --sweep learning_rate=0.001,0.0003 overrides --learning-rate 0.001: each point trains with its own "
+        "value"]
+    config = ppo.Config(sweep=("lr=1e-3,3e-4",))
+    assert sweep_overrides(ppo.ALGORITHM, config, sweep_points(ppo.ALGORITHM, config)) == []
