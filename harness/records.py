@@ -135,6 +135,11 @@ class RunDirectory:
                        # over seeds, as rliable reports them: IQM with its 95% stratified-bootstrap interval
                        "eval_return_iqm": aggregate.summarize(returns),
                        "final_return_iqm": aggregate.summarize(final)}
+            if self.sweep:  # a point that diverged while the others trained on (harness.run.check_divergence)
+                bad = np.asarray(metrics["nonfinite"], bool).any(axis=0)
+                summary["diverged_at_iteration"] = int(np.argmax(bad)) + 1 if bad.any() else None
+                if bad.any():
+                    print(f"diverged at iteration {summary['diverged_at_iteration']}: its returns are not ranked")
             print(f"final return (last 10% of training): mean {nanmean(final):.2f}, per seed "
                   + " ".join(f"{r:.1f}" for r in final))
             if fallback.any():
@@ -156,19 +161,22 @@ class RunDirectory:
             # The deterministic policy's return on fresh episodes is what a point delivers; the training return
             # (exploring, and averaged over the last 10%) ranks only where no point has an eval return.
             by = "eval_return" if any(np.isfinite(nanmean(s["eval_return"])) for s in summaries) else "final_return"
-            means = [nanmean(s[by]) for s in summaries]
+            means = [np.nan if s["diverged_at_iteration"] else nanmean(s[by]) for s in summaries]
             ranking = sorted(range(len(self.points)), key=lambda p: -np.nan_to_num(means[p], nan=-np.inf))
             write_json(os.path.join(self.path, "summary.json"), {
                 "algo": self.name, "env": config.env, "sweep": list(config.sweep), **extra,
                 "ranked_by": f"{by}_mean",
                 "ranking": [{"rank": r + 1, "point": point_label(self.points[p]), "values": self.points[p],
                              "final_return_mean": nanmean(summaries[p]["final_return"]),
-                             "eval_return_mean": nanmean(summaries[p]["eval_return"])}
+                             "eval_return_mean": nanmean(summaries[p]["eval_return"]),
+                             "diverged_at_iteration": summaries[p]["diverged_at_iteration"]}
                             for r, p in enumerate(ranking)]})
             described = ("eval return (deterministic policy, mean over seeds)" if by == "eval_return"
                          else "final return (last 10% of training, mean over seeds)")
             print(f"ranking by {described}: " + "; ".join(
-                f"{r + 1}. {point_label(self.points[p])} ({means[p]:.1f})" for r, p in enumerate(ranking)))
+                f"{r + 1}. {point_label(self.points[p])} "
+                f"({'diverged' if summaries[p]['diverged_at_iteration'] else f'{means[p]:.1f}'})"
+                for r, p in enumerate(ranking)))
             print(f"all points on one plot: {os.path.join(self.path, 'learning_curves.png')}")
         print(f"written to {self.path}\n{'=' * 72}")
         self.finish_wandb(summaries, images)

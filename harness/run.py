@@ -40,6 +40,7 @@ from harness.scale import (
     local_agents,
     over_agents,
     peers_within_timeout,
+    point_label,
     size_flags,
     sweep_overrides,
     sweep_points,
@@ -337,7 +338,7 @@ def train_chunks(job, compiled, runner, history, done, checkpoints, run_dir, pro
         if job.lead:
             run_dir.append_metrics(start, metrics)
         if metrics["nonfinite"].any():
-            raise nonfinite_stop(job.names, start, metrics["nonfinite"], start, algorithm.nonfinite_hint)
+            check_divergence(job, history, metrics, start)
         history = metrics if history is None else jax.tree.map(
             lambda a, b: np.concatenate([a, b], axis=1), history, metrics)
         with peers_within_timeout("a chunk's checkpoint"):  # orbax syncs the processes
@@ -351,6 +352,26 @@ def train_chunks(job, compiled, runner, history, done, checkpoints, run_dir, pro
         print(f"profiler trace in {profile_dir}: open its *.trace.json.gz at https://ui.perfetto.dev "
               "(the trace adds overhead to train_s)")
     return runner, history
+
+
+def check_divergence(job, history, metrics, start):
+    """A chunk whose `nonfinite` flags are set (iterations from `start`): the run stops (RunStopped) unless it is a
+    sweep with points whose agents are all finite: then each point newly diverged is named in a warning, its agents
+    go on (their numbers are NaN, their summaries say `diverged_at_iteration`) and the healthy points finish."""
+    num_seeds, num_points = job.config.num_seeds, len(job.points)
+    flags = metrics["nonfinite"]
+    now = flags.reshape(num_points, num_seeds, -1).any(axis=(1, 2))
+    before = (np.zeros(num_points, bool) if history is None
+              else history["nonfinite"].reshape(num_points, num_seeds, -1).any(axis=(1, 2)))
+    if num_points == 1 or (now | before).all():
+        raise nonfinite_stop(job.names, start, flags, start, job.algorithm.nonfinite_hint)
+    if job.lead:
+        for p in np.flatnonzero(now & ~before):
+            rows = flags[p * num_seeds:(p + 1) * num_seeds]
+            first = start + int(np.nonzero(rows.any(axis=0))[0].min()) + 1
+            print(f"warning: sweep point {point_label(job.points[p])} diverged (non-finite loss or parameters, first "
+                  f"at iteration {first}); the other points train on. {job.algorithm.nonfinite_hint[0].upper()}"
+                  f"{job.algorithm.nonfinite_hint[1:]}", file=sys.stderr, flush=True)
 
 
 def train(algorithm, config, points):
