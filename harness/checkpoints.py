@@ -192,11 +192,15 @@ def trained_config(run_dir):
     folder = os.path.join(run_dir, "checkpoints")
     if not os.path.isdir(folder):
         return None
-    with Checkpoints(run_dir) as checkpoints:
-        for step in sorted(checkpoints.manager.all_steps(), reverse=True):
-            try:
-                meta = checkpoints.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
-                return os.path.join(folder, str(step)), dict(meta["config"])
-            except Exception:  # noqa: BLE001 - a damaged record: the restore reports it, and tries an older one
-                continue
+    try:
+        with Checkpoints(run_dir) as checkpoints:
+            for step in sorted(checkpoints.manager.all_steps(), reverse=True):
+                try:
+                    meta = checkpoints.manager.restore(step, args=ocp.args.Composite(
+                        meta=ocp.args.JsonRestore())).meta
+                    return os.path.join(folder, str(step)), dict(meta["config"])
+                except Exception:  # noqa: BLE001 - a damaged record: the restore reports it, and tries an older one
+                    continue
+    except Exception:  # noqa: BLE001 - an unreadable folder: the restore reports it
+        return None
     return None
