@@ -7,7 +7,6 @@ import errno
 import fcntl
 import os
 import secrets
-import stat
 
 from harness.flags import ConfigError
 
@@ -45,26 +44,6 @@ def replaced(path, mode="w", **kwargs):
 def open_append(path, **kwargs):
     """`path` opened for appending, refused (OSError ELOOP) if it is a link, and never created."""
     return os.fdopen(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC), "a", **kwargs)
-
-
-def read_regular(path) -> bytes | None:
-    """The bytes of `path` if it is a regular file (not a link, FIFO, device or folder); None if it is absent, and
-    OSError (EINVAL) if it is something else. O_NONBLOCK: opening a FIFO does not wait for a writer."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except OSError as error:
-        if error.errno == errno.ELOOP:
-            raise OSError(errno.EINVAL, "a link, not a regular file", path) from None
-        raise
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", path)
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read()
-    finally:
-        os.close(fd)
 
 
 class RunLock:
