@@ -297,6 +297,19 @@ def load_suite_file(path) -> tuple[str, tuple[Entry, ...]]:
     return name, tuple(entries)
 
 
+def check_args(args):
+    """SuiteError for --random-episodes below 1 (a table of nan) and an --out-dir that is, or lies in, a file."""
+    if args.random_episodes < 1:
+        raise SuiteError(f"--random-episodes must be a positive integer, got {args.random_episodes}")
+    if args.out_dir is not None:
+        existing = os.path.abspath(args.out_dir)
+        while not os.path.exists(existing):
+            existing = os.path.dirname(existing)
+        if not os.path.isdir(existing):
+            raise SuiteError(f"--out-dir {args.out_dir}: {existing} is a file, not a directory; choose another "
+                             "--out-dir")
+
+
 def check_entries(entries):
     """SuiteError unless the names are distinct directory names and each algo label is known."""
     names = [e.name for e in entries]
@@ -728,6 +741,7 @@ def main(args: Args) -> int:
             raise SuiteError(f"--suite {args.suite}: unknown; the suites are {', '.join(SUITES)} (or --suite-file)")
         check_entries(entries)
         chosen = select(entries, args.only)
+        check_args(args)
         if args.random_scores:
             print_random_scores(chosen, args.random_episodes)
             return 0

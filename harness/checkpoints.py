@@ -3,9 +3,12 @@ optimizer, env states, replay buffers, RNG keys, hparams), the metrics so far (i
 "metrics") and {algo, env, iterations, config}. Saves are asynchronous: the next chunk trains while the files are
 written."""
 
+import csv
 import dataclasses
+import itertools
 import logging
 import os
+import zlib
 
 import jax
 import numpy as np
@@ -52,8 +55,10 @@ class Checkpoints:
 
     def save(self, done, runner, history, name, config):
         """Starts writing checkpoint `done` in the background; a failed write (this one's or the one before's)
-        raises OSError naming the checkpoint and the cause."""
-        meta = {"algo": name, "env": config.env, "iterations": done, "config": dataclasses.asdict(config)}
+        raises OSError naming the checkpoint and the cause. Its record holds a checksum of every array, so damage
+        that still reads (flipped bytes) is found on restore."""
+        meta = {"algo": name, "env": config.env, "iterations": done, "config": dataclasses.asdict(config),
+                "checksums": {"runner": checksums(runner), "history": checksums(history)}}
         try:
             self.manager.save(done, args=ocp.args.Composite(
                 runner=ocp.args.StandardSave(runner), history=ocp.args.StandardSave(history),
@@ -93,14 +98,18 @@ class Checkpoints:
                 if with_history:
                     items["history"] = ocp.args.StandardRestore()
                 restored = self.manager.restore(step, args=ocp.args.Composite(**items))
-            except (OSError, ValueError, KeyError, TypeError) as error:
+                verify(meta, restored, with_history)
+            except ConfigError:
+                raise
+            except Exception as error:  # noqa: BLE001 - orbax and tensorstore raise bare Exceptions for damaged files
                 if any(sign in str(error) for sign in STRUCTURE_MISMATCH):
                     raise ConfigError(f"{which}: checkpoint {where} holds an agent state of another structure than "
                                       f"this version of the script makes (it changed since the run was written, or "
                                       "the run is an older scanrl's); use the version that wrote it, or start a new "
                                       "run") from None
                 errors.append(f"checkpoint {where} cannot be read ({type(error).__name__}: "
-                              f"{str(error).splitlines()[0] if str(error) else ''}); it is damaged or incomplete")
+                              f"{str(error).strip().splitlines()[0][:200] if str(error).strip() else ''}); it is "
+                              "damaged or incomplete")
                 print(f"warning: {errors[-1]}; trying an older one", flush=True)
                 continue
             if errors and which == "--resume":
@@ -116,5 +125,82 @@ class Checkpoints:
         aside = os.path.join(self.run_dir, "damaged_checkpoints")
         os.makedirs(aside, exist_ok=True)
         for step in steps:
-            os.replace(os.path.join(self.run_dir, "checkpoints", str(step)), os.path.join(aside, str(step)))
+            target = os.path.join(aside, str(step))
+            for n in itertools.count(1):  # an earlier damaged copy of that step stays
+                if not os.path.lexists(target):
+                    break
+                target = os.path.join(aside, f"{step}.{n}")
+            os.replace(os.path.join(self.run_dir, "checkpoints", str(step)), target)
         self.manager.reload()
+
+
+def checksums(tree) -> list[int] | None:
+    """CRC-32 of every array of `tree` (its bytes, in leaf order); None in a multi-process run (no process holds
+    every agent's arrays)."""
+    if jax.process_count() > 1:
+        return None
+    return [zlib.crc32(np.ascontiguousarray(np.asarray(x)).view(np.uint8)) for x in jax.tree.leaves(tree)]
+
+
+def verify(meta, restored, with_history):
+    """ValueError unless the restored arrays have the checksums the checkpoint's record holds (a checkpoint of a
+    version that wrote none is taken as it is)."""
+    recorded = meta.get("checksums") or {}
+    for item in ("runner", "history") if with_history else ("runner",):
+        expected = recorded.get(item)
+        if expected is not None and checksums(getattr(restored, item)) != list(expected):
+            raise ValueError(f"its {item} arrays do not match the checksums recorded when it was written")
+
+
+def recorded_iterations(run_dir) -> int:
+    """The most iterations any metrics.csv of the run (its own, or its sweep points') records; 0 if none."""
+    paths = [os.path.join(run_dir, "metrics.csv")] + [os.path.join(run_dir, d, "metrics.csv") for d in
+                                                      sorted(os.listdir(run_dir)) if "=" in d]
+    most = 0
+    for path in paths:
+        try:
+            with open(path, newline="") as f:
+                for row in csv.reader(f):
+                    if len(row) > 1 and row[1].isdigit():
+                        most = max(most, int(row[1]))
+        except (OSError, UnicodeDecodeError, csv.Error):
+            continue
+    return most
+
+
+def require_checkpoints_for_progress(run_dir, script):
+    """--resume: ConfigError where the run recorded progress (rows in metrics.csv) but checkpoints/ holds no
+    checkpoint to go on from (deleted, moved, not a folder): starting again would replace what was recorded. A run
+    killed before its first checkpoint recorded no rows either, and starts again."""
+    folder = os.path.join(run_dir, "checkpoints")
+    if os.path.lexists(folder) and not os.path.isdir(folder):
+        raise ConfigError(f"--resume: {folder} is not a folder; move it away (and put back the run's checkpoints/ "
+                          "if you have them), then resume")
+    if os.path.isdir(folder) and any(name.isdigit() for name in os.listdir(folder)):
+        return
+    done = recorded_iterations(run_dir)
+    if done:
+        missing = "holds no checkpoint" if os.path.isdir(folder) else "is missing"
+        raise ConfigError(f"--resume: {folder} {missing}, but metrics.csv records {done} iterations: starting again "
+                          f"would discard them; put back its checkpoints, or train a new run (python {script} "
+                          "without --resume)")
+
+
+def trained_config(run_dir):
+    """-> (the newest checkpoint with a readable record, the config it was trained with, as JSON); None if the run
+    has none. --resume holds config.json to it."""
+    folder = os.path.join(run_dir, "checkpoints")
+    if not os.path.isdir(folder):
+        return None
+    try:
+        with Checkpoints(run_dir) as checkpoints:
+            for step in sorted(checkpoints.manager.all_steps(), reverse=True):
+                try:
+                    meta = checkpoints.manager.restore(step, args=ocp.args.Composite(
+                        meta=ocp.args.JsonRestore())).meta
+                    return os.path.join(folder, str(step)), dict(meta["config"])
+                except Exception:  # noqa: BLE001 - a damaged record: the restore reports it, and tries an older one
+                    continue
+    except Exception:  # noqa: BLE001 - an unreadable folder: the restore reports it
+        return None
+    return None

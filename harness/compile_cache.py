@@ -7,16 +7,21 @@ the CPU (its model and instruction-set flags), so a home directory shared by dif
 a program compiled for another's instructions. JAX's own file cache writes entries in place: a process killed
 mid-write (or a full disk) leaves a truncated entry that every later run fails to read and never replaces. This
 one writes a temporary file and renames it, and keeps the directory under `MAX_BYTES` (least recently used go).
+Entries are tied to the program that wrote them (`FORMAT`, jax and jaxlib) and checked against a digest when read:
+anything else at an entry's name (another program's entry, a damaged one, a FIFO or a link) is dropped and compiled
+again, with one note.
 """
 
 import hashlib
 import os
 import pathlib
 import platform
+import stat
 import sys
 
 import jax
 
+from harness.files import replaced
 from harness.jax_private import CacheInterface, install_cache_store
 
 MAX_BYTES = 2 << 30
@@ -41,29 +46,73 @@ def machine_tag() -> str:
     return f"{platform.machine()}-{hashlib.sha256(' '.join(described).encode()).hexdigest()[:12]}"
 
 
+# What an entry is tied to besides JAX's key (which covers the program's inputs): this format and the jax and jaxlib
+# that compiled it. Entries are named <key>-<PROGRAM> and hold a digest over all of it, so an entry another program
+# wrote (JAX's own cache in the same folder, another tool, another version), or one that was damaged, is never run.
+FORMAT = b"scanrl compile cache entry v1\n"
+
+
+def program_fingerprint() -> str:
+    import jaxlib
+
+    return hashlib.sha256(FORMAT + f"{jax.__version__} {jaxlib.__version__}".encode()).hexdigest()[:16]
+
+
 class FileCache(CacheInterface):
-    """Compiled programs as files in `path`, written atomically; the oldest used go beyond `max_bytes`."""
+    """Compiled programs as files in `path`, written atomically; the oldest used go beyond `max_bytes`. Only regular
+    files are opened (a FIFO, device or link at an entry's name is dropped, never waited on or followed); an entry
+    whose digest does not match its name and content is dropped with one note and compiled again."""
 
     def __init__(self, path, max_bytes=MAX_BYTES):
         self._path = pathlib.Path(path)
         self.max_bytes = max_bytes
+        self.program = program_fingerprint()
+        self.noted = False
+
+    def _entry(self, key):
+        return self._path / f"{key}-{self.program}"
+
+    def _digest(self, key, value) -> bytes:
+        return hashlib.sha256(FORMAT + self.program.encode() + key.encode() + b"\0" + value).digest()
 
     def get(self, key):
-        entry = self._path / key
+        entry = self._entry(key)
         try:
-            value = entry.read_bytes()
-            os.utime(entry)  # its last use, for the eviction below
-            return value
+            fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             return None
+        except OSError as error:  # a link (ELOOP), or unreadable
+            return self._drop(entry, error.strerror or str(error))
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return self._drop(entry, "not a regular file")
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                stored = f.read()
+            os.utime(fd)  # its last use, for the eviction below
+        except OSError as error:
+            return self._drop(entry, error.strerror or str(error))
+        finally:
+            os.close(fd)
+        head, digest, value = stored[:len(FORMAT)], stored[len(FORMAT):len(FORMAT) + 32], stored[len(FORMAT) + 32:]
+        if head != FORMAT or digest != self._digest(key, value):
+            return self._drop(entry, "written by another program, or damaged")
+        return value
+
+    def _drop(self, entry, why):
+        """Removes an entry that cannot be used (the program is compiled again and written anew) -> None; one note per
+        process."""
+        try:
+            entry.unlink()
+        except OSError:
+            pass
+        if not self.noted:
+            self.noted = True
+            print(f"note: compile cache: dropped {entry} ({why}); the program is compiled again", file=sys.stderr)
+        return None
 
     def put(self, key, value):  # JAX warns (and the run goes on) if this raises
-        temporary = self._path / f".{key}.{os.getpid()}.tmp"
-        try:
-            temporary.write_bytes(value)
-            os.replace(temporary, self._path / key)
-        finally:
-            temporary.unlink(missing_ok=True)
+        with replaced(self._entry(key), "wb") as f:  # never through a link planted in the cache
+            f.write(FORMAT + self._digest(key, value) + value)
         self.evict()
 
     def evict(self):

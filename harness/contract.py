@@ -196,7 +196,7 @@ def changed_metrics(algorithm, config, values):
     compiled = job.segment.lower(job.agent_ids, job.abstract_runner, scalar, scalar, job.swept).compile()
     runner = init_agents(lambda key, swept: job.parts(swept)[1](key), job.sharding, job.keys, job.swept)
     runner = jax.tree.unflatten(jax.tree.structure(job.abstract_runner), jax.tree.leaves(runner))
-    _, metrics = run_chunk(compiled, job, runner, 0, job.num_iterations, None)
+    _, metrics, _ = run_chunk(compiled, job, runner, 0, job.num_iterations, None)
     keys = [k for k in metrics if k not in ("env_steps", "nonfinite")]
     return [name for i, name in enumerate(names, start=1)
             if not all(np.array_equal(metrics[k][0], metrics[k][i], equal_nan=True) for k in keys)]

@@ -1,12 +1,22 @@
 """The returns of the agents' deterministic policies on fresh episodes: at the end of training (summary.json's
 `eval_return`) and with --eval on a saved run, on the same episodes; --gif draws one of them."""
 
+import dataclasses
+import os
+
 import jax
 import numpy as np
 
 from harness.checkpoints import Checkpoints
-from harness.flags import ConfigError, check_paths, read_run_config
-from harness.scale import abstract_agents, agent_layout, agent_parts, sweep_points
+from harness.flags import ConfigError, check_flags, check_paths, read_run_config
+from harness.scale import (
+    abstract_agents,
+    agent_layout,
+    agent_parts,
+    check_agent_memory,
+    check_memory,
+    sweep_points,
+)
 
 # With threefry, fold_in(key, i) equals split(key, n)[i] for every i < n: folding a small number into an agent's
 # root key gives a key its init split off (fold_in(key, 1) was ppo's actor init key). No split of the root into
@@ -46,9 +56,18 @@ def evaluate_run(algorithm, config):
         config.eval_episodes
     if not episodes > 0:
         raise ConfigError(f"--eval-episodes must be a positive integer, got {episodes}")
-    run_config = algorithm.resolve(algorithm.config(**{**saved, "eval_episodes": episodes}))
+    run_config = algorithm.config(**{**saved, "eval_episodes": episodes})
+    try:  # the saved config, checked as a new run's is (a config.json edited or damaged into values it cannot run)
+        check_flags(dataclasses.replace(run_config, eval=config.eval))
+        run_config = algorithm.resolve(run_config)
+        algorithm.validate(run_config)
+    except ConfigError as error:
+        raise ConfigError(f"--eval: {os.path.join(config.eval, 'config.json')} holds a config {algorithm.script} "
+                          f"cannot run ({error}); put back the run's values") from None
     name = algorithm.name
-    keys, swept, names = agent_layout(run_config, sweep_points(algorithm, run_config))
+    points = sweep_points(algorithm, run_config)
+    check_agent_memory(algorithm, run_config, run_config.num_seeds * len(points))
+    keys, swept, names = agent_layout(run_config, points)
     if config.seed_index is not None and not 0 <= config.seed_index < len(keys):
         raise ConfigError(f"--seed-index {config.seed_index} is out of range: the run has {len(keys)} agents "
                           f"(indices 0 to {len(keys) - 1})")
@@ -56,16 +75,22 @@ def evaluate_run(algorithm, config):
         raise ConfigError(f"--gif: gymnax cannot draw {run_config.env}; drop --gif, or evaluate a run on a "
                           "classic-control, MinAtar or misc env")
     parts = agent_parts(algorithm, run_config)
-    abstract_runner = abstract_agents(parts, keys, swept)
+    # Restored onto one device, the one the evaluation is compiled for.
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    abstract_runner = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),
+                                   abstract_agents(parts, keys, swept))
     with Checkpoints(config.eval) as checkpoints:
         restored = checkpoints.restore("--eval", name, run_config, abstract_runner, False)
     if restored is None:
         raise ConfigError(f"--eval: {config.eval} has no checkpoint in checkpoints/ yet; it was stopped or killed "
                           "before its first chunk ended: --resume it")
     runner, _, done = restored
+    evaluate = jax.jit(jax.vmap(lambda key, runner, swept: make_evaluate(algorithm, parts(swept)[0], False)(
+        key, runner))).lower(jax.ShapeDtypeStruct(keys.shape, keys.dtype), abstract_runner, swept).compile()
+    state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(abstract_runner))
+    check_memory(run_config, algorithm, [], state_bytes, 0, evaluate)  # before it runs
     eval_keys = evaluation_keys(keys)
-    returns, _ = jax.jit(jax.vmap(lambda key, runner, swept: make_evaluate(algorithm, parts(swept)[0], False)(
-        key, runner)))(eval_keys, runner, swept)
+    returns, _ = evaluate(eval_keys, runner, swept)
     returns = np.asarray(returns)
     indices = range(len(keys)) if config.seed_index is None else [config.seed_index]
     print(f"{name} on {run_config.env}, checkpoint after {done} iterations: deterministic policy, {episodes} "

@@ -8,6 +8,8 @@ import dataclasses
 import json
 import math
 import os
+import types
+import typing
 from dataclasses import dataclass
 
 import tyro
@@ -172,6 +174,8 @@ def check_paths(config):
     if config.gif is not None:
         if os.path.isdir(config.gif):
             raise ConfigError(f"--gif {config.gif} is a directory; give a file path, e.g. {config.gif}/episode.gif")
+        if not config.gif.lower().endswith(".gif"):  # PIL picks the format from the name, after the drawing
+            raise ConfigError(f"--gif {config.gif}: the file name must end in .gif, e.g. {config.gif}.gif")
         folder = os.path.dirname(os.path.abspath(config.gif))
         if not os.path.isdir(folder):
             raise ConfigError(f"--gif {config.gif}: the folder {folder} does not exist; create it first")
@@ -244,7 +248,56 @@ def read_run_config(algorithm, run_dir, which) -> dict:
     if unknown:
         raise ConfigError(f"{which}: {path} has fields {algorithm.script} does not know ({', '.join(unknown)}): it "
                           f"was written by another version of {algorithm.name}; use that version")
+    hints = typing.get_type_hints(algorithm.config)
+    for key, value in saved.items():
+        if not of_type(value, hints.get(key)):
+            raise ConfigError(f"{which}: {path} holds {key} = {json.dumps(value)}, not a value {flag(key)} takes "
+                              f"({shown_type(hints[key])}); it was edited or damaged: put back the run's value")
     return {k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()}
+
+
+def of_type(value, hint) -> bool:
+    """Whether a value read from JSON fits a Config field's type (int, float, bool, str, Literal, tuple[T, ...],
+    unions with None); a type not listed here lets anything through."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is type(None):
+        return value is None
+    if origin in (typing.Union, types.UnionType):
+        return any(of_type(value, a) for a in args)
+    if origin is typing.Literal:
+        return any(value == a and type(value) is type(a) for a in args)
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(of_type(v, args[0]) for v in value)
+        return len(value) == len(args) and all(of_type(v, a) for v, a in zip(value, args, strict=True))
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    return True
+
+
+def shown_type(hint) -> str:
+    """A field's type as a message names it: "int", "float or null", "one of 'mse', 'huber'"."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join("null" if a is type(None) else shown_type(a) for a in args)
+    if origin is typing.Literal:
+        return "one of " + ", ".join(map(repr, args))
+    if origin is tuple:
+        return f"a list of {shown_type(args[0])}"
+    return getattr(hint, "__name__", str(hint))
+
+
+def shown(value) -> str:
+    """A JSON value as the command line writes it: [64, 64] -> "64 64"."""
+    return " ".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
 def given_fields(algorithm, argv) -> set[str]:
@@ -259,18 +312,45 @@ def given_fields(algorithm, argv) -> set[str]:
     return given
 
 
-def resumed_config(algorithm, config, named=()):
+def resumed_config(algorithm, config, named=(), trained=None):
     """--resume: the run's own config, with the logging flags given on this command line (`named`: the fields it
     names, see `given_fields`; else those that differ from their defaults); any other flag that differs from the
-    run's would change its results, and is refused."""
+    run's would change its results, and is refused.
+
+    `trained`: (which checkpoint, its config), the config the newest checkpoint was trained with: it is the run's
+    config. A config.json that disagrees with it on a field that changes results (edited, damaged, a field missing)
+    is refused with one line naming the field, unless the command line names that field with the checkpoint's
+    value. Without a checkpoint, config.json must hold every such field (or the command line name it)."""
     saved = read_run_config(algorithm, config.resume, "--resume")
+    path = os.path.join(config.resume, "config.json")
     logging = [k for k in LOGGING_FLAGS if k not in algorithm.result_flags]
+    results = [f.name for f in dataclasses.fields(algorithm.config) if f.name not in logging]
     # Compared as JSON, the form config.json holds (tuples are lists there).
     given, defaults, as_saved = (json.loads(json.dumps(c)) for c in (
         dataclasses.asdict(config), dataclasses.asdict(algorithm.config()), saved))
-    changed = [k for k in saved if k not in logging and given[k] != defaults[k] and given[k] != as_saved[k]]
+    truth = dict(as_saved)
+    if trained is not None:
+        where, held = trained
+        held = json.loads(json.dumps(held))
+        for k in results:
+            if k not in held or k in as_saved and as_saved[k] == held[k]:
+                continue
+            if not (k in named and given[k] == held[k]):
+                said = f"says {flag(k)} {shown(as_saved[k])}" if k in as_saved else f"has no {k}"
+                raise ConfigError(f"--resume: {path} {said}, but its newest checkpoint ({where}) was trained with "
+                                  f"{flag(k)} {shown(held[k])}; put that value back in config.json, or pass "
+                                  f"{flag(k)} {shown(held[k])} to resume the run as it was trained")
+            truth[k] = held[k]
+    missing = [k for k in results if k not in truth and k not in named]
+    if missing:
+        raise ConfigError(f"--resume: {path} has no {', '.join(missing)} (edited or damaged) and the run has no "
+                          f"checkpoint that records it; put the run's value back, or pass {flag(missing[0])}")
+    changed = [k for k in truth if k not in logging and k in given and (given[k] != defaults[k] or k in named)
+               and given[k] != truth[k]]
     if changed:
-        flags = ", ".join(f"{flag(k)} {given[k]} (run: {saved[k]})" for k in changed)
+        flags = ", ".join(f"{flag(k)} {shown(given[k])} (run: {shown(truth[k])})" for k in changed)
         raise ConfigError(f"--resume: {flags} would change the run's results; drop it to resume, or start a new run")
     overrides = {k: getattr(config, k) for k in logging if given[k] != defaults[k] or k in named}
-    return algorithm.config(**{**saved, **overrides, "resume": config.resume, "eval": None})
+    overrides |= {k: getattr(config, k) for k in results if k not in truth}  # named on the command line
+    run = {k: tuple(v) if isinstance(v, list) else v for k, v in truth.items()}
+    return algorithm.config(**{**run, **overrides, "resume": config.resume, "eval": None})

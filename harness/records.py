@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from harness import aggregate
+from harness.files import RunLock, open_append, replaced
 from harness.flags import ConfigError
 from harness.scale import broadcast, point_label, point_rows
 from harness.tracking import finish_wandb, safe_wandb, start_wandb
@@ -49,13 +50,24 @@ class RunDirectory:
                                                       "resume": None}) if lead else ""
             if broadcast(len(claimed)):  # process 0 could not claim it: every process stops
                 raise ConfigError(claimed or f"run directory {self.path} could not be claimed by process 0")
+            # Owned from here to the end of the run (a --resume of it meanwhile is refused); --resume's own lock is
+            # taken by `harness.main` before it reads the run's config.
+            self.lock = RunLock(self.path, "the new run") if lead else None
         self.sweep = len(points) > 1
         self.point_dirs = [os.path.join(self.path, point_label(p)) if self.sweep else self.path for p in points]
         self.wandb_runs = []
 
+    lock = None
+
+    def release(self):
+        """Gives up the ownership of a new run's directory (the end of the run)."""
+        if self.lock is not None:
+            self.lock.release()
+
     def give_up(self):
         """A new run that cannot go on before it started (it does not fit in memory): its directory goes."""
         if self.lead and self.config.resume is None:
+            self.release()
             shutil.rmtree(self.path, ignore_errors=True)
 
     def start_wandb(self):
@@ -123,6 +135,11 @@ class RunDirectory:
                        # over seeds, as rliable reports them: IQM with its 95% stratified-bootstrap interval
                        "eval_return_iqm": aggregate.summarize(returns),
                        "final_return_iqm": aggregate.summarize(final)}
+            if self.sweep:  # a point that diverged while the others trained on (harness.run.check_divergence)
+                bad = np.asarray(metrics["nonfinite"], bool).any(axis=0)
+                summary["diverged_at_iteration"] = int(np.argmax(bad)) + 1 if bad.any() else None
+                if bad.any():
+                    print(f"diverged at iteration {summary['diverged_at_iteration']}: its returns are not ranked")
             print(f"final return (last 10% of training): mean {nanmean(final):.2f}, per seed "
                   + " ".join(f"{r:.1f}" for r in final))
             if fallback.any():
@@ -144,19 +161,22 @@ class RunDirectory:
             # The deterministic policy's return on fresh episodes is what a point delivers; the training return
             # (exploring, and averaged over the last 10%) ranks only where no point has an eval return.
             by = "eval_return" if any(np.isfinite(nanmean(s["eval_return"])) for s in summaries) else "final_return"
-            means = [nanmean(s[by]) for s in summaries]
+            means = [np.nan if s["diverged_at_iteration"] else nanmean(s[by]) for s in summaries]
             ranking = sorted(range(len(self.points)), key=lambda p: -np.nan_to_num(means[p], nan=-np.inf))
             write_json(os.path.join(self.path, "summary.json"), {
                 "algo": self.name, "env": config.env, "sweep": list(config.sweep), **extra,
                 "ranked_by": f"{by}_mean",
                 "ranking": [{"rank": r + 1, "point": point_label(self.points[p]), "values": self.points[p],
                              "final_return_mean": nanmean(summaries[p]["final_return"]),
-                             "eval_return_mean": nanmean(summaries[p]["eval_return"])}
+                             "eval_return_mean": nanmean(summaries[p]["eval_return"]),
+                             "diverged_at_iteration": summaries[p]["diverged_at_iteration"]}
                             for r, p in enumerate(ranking)]})
             described = ("eval return (deterministic policy, mean over seeds)" if by == "eval_return"
                          else "final return (last 10% of training, mean over seeds)")
             print(f"ranking by {described}: " + "; ".join(
-                f"{r + 1}. {point_label(self.points[p])} ({means[p]:.1f})" for r, p in enumerate(ranking)))
+                f"{r + 1}. {point_label(self.points[p])} "
+                f"({'diverged' if summaries[p]['diverged_at_iteration'] else f'{means[p]:.1f}'})"
+                for r, p in enumerate(ranking)))
             print(f"all points on one plot: {os.path.join(self.path, 'learning_curves.png')}")
         print(f"written to {self.path}\n{'=' * 72}")
         self.finish_wandb(summaries, images)
@@ -179,10 +199,24 @@ def claim_run_directory(path, config_json) -> str:
 
 
 def write_json(path, value):
-    """Written to a temporary name and renamed: a kill or a full disk leaves the old file or the new one."""
-    with open(f"{path}.tmp", "w") as f:
-        json.dump(value, f, indent=2)
-    os.replace(f"{path}.tmp", path)
+    """Written to a temporary name and renamed: a kill or a full disk leaves the old file or the new one. NaN and
+    infinities are written as null: JSON has no such numbers (a literal NaN makes the file unreadable to strict
+    parsers)."""
+    with replaced(path) as f:
+        json.dump(json_safe(value), f, indent=2, allow_nan=False)
+
+
+def json_safe(value):
+    """`value` with every non-finite float (numpy's too) as None, numpy scalars as Python numbers."""
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    return value
 
 
 COUNTS = ("env_steps", "episodes", "updates")  # metrics that count something, written as integers
@@ -203,15 +237,14 @@ class MetricsCsv:
         self.path, self.keys, self.seeds = path, keys, seeds
         if make_dir:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(f"{path}.tmp", "w", newline="") as f:
+        with replaced(path, newline="") as f:
             csv.writer(f).writerow(["seed", "iteration", *keys])
             if history is not None:
                 self._write_rows(f, 0, history)
-        os.replace(f"{path}.tmp", path)
 
     def append(self, first, metrics):
         """Rows for iterations first, first + 1, ... of `metrics` {key: (agents, iterations)}, one agent per seed."""
-        with open(self.path, "a", newline="") as f:
+        with open_append(self.path, newline="") as f:  # a link planted at its name is refused
             self._write_rows(f, first, metrics)
 
     def _write_rows(self, f, first, metrics):
@@ -389,8 +422,8 @@ def _pyplot():
 
 def _save(fig, path):
     fig.tight_layout()
-    fig.savefig(f"{path}.tmp", dpi=100, format="png")  # renamed once whole, as write_json does
-    os.replace(f"{path}.tmp", path)
+    with replaced(path, "wb") as f:  # renamed once whole, as write_json does
+        fig.savefig(f, dpi=100, format="png")
     _pyplot().close(fig)
     return path
 

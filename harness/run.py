@@ -18,8 +18,9 @@ import tyro
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from harness import compile_cache
-from harness.checkpoints import Checkpoints
+from harness.checkpoints import Checkpoints, require_checkpoints_for_progress, trained_config
 from harness.evaluation import evaluate_run, evaluation_keys, make_evaluate
+from harness.files import RunLock
 from harness.flags import ConfigError, check_flags, description, given_fields, resumed_config
 from harness.records import Progress, RunDirectory, plural
 from harness.scale import (
@@ -28,6 +29,7 @@ from harness.scale import (
     agent_parts,
     any_process,
     as_built_by,
+    check_agent_memory,
     check_memory,
     check_sweep_points,
     check_swept,
@@ -38,7 +40,9 @@ from harness.scale import (
     local_agents,
     over_agents,
     peers_within_timeout,
+    point_label,
     size_flags,
+    sweep_overrides,
     sweep_points,
     to_agents,
 )
@@ -58,10 +62,14 @@ def main(algorithm, config=None):
         if config.eval is not None:
             evaluate_run(algorithm, config)
             return
-        if config.resume is not None:
-            config = resumed_config(algorithm, config, given or ())
-        config, points = check(algorithm, config)
-        train(algorithm, config, points)
+        with contextlib.ExitStack() as held:
+            if config.resume is not None:
+                if config.process_id == 0 and os.path.isdir(config.resume):  # one owner from here to the end
+                    held.enter_context(RunLock(config.resume, "--resume"))
+                config = resumed_config(algorithm, config, given or (), trained_config(config.resume))
+                require_checkpoints_for_progress(config.resume, algorithm.script)
+            config, points = check(algorithm, config)
+            train(algorithm, config, points)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
@@ -171,12 +179,13 @@ def make_segment(run, one_agent, length, structure):
     return segment
 
 
-def run_chunk(compiled, job, runner, start, end, progress):
+def run_chunk(compiled, job, runner, start, end, progress, stop=None):
     """Iterations [start, end) as pieces of the compiled segment program, each ending where a progress line is
-    due (or at `end`); while one piece runs, the host prints the last one's lines. -> (runner, every agent's
-    metrics of the chunk, as numpy)."""
+    due (or at `end`); while one piece runs, the host prints the last one's lines. A stop request (`stop`, given
+    on one process) ends the chunk where the piece under way ends, so Ctrl-C or SIGTERM act within a progress
+    period, not a chunk. -> (runner, every agent's metrics of the iterations run, as numpy, the iteration reached)."""
     pieces = []
-    while start < end:
+    while start < end and not (stop is not None and stop.signal and pieces):
         count = min(end, (start // job.period + 1) * job.period, start + job.length) - start
         runner, rows = compiled(job.agent_ids, runner, np.int32(start), np.int32(count), job.swept)  # not awaited
         if progress is not None and pieces:
@@ -187,7 +196,7 @@ def run_chunk(compiled, job, runner, start, end, progress):
         progress.show(*pieces[-1])
     gathered = gather([rows for _, _, rows in pieces])
     return runner, {key: np.concatenate([rows[key][:, :count] for (_, count, _), rows in
-                                         zip(pieces, gathered, strict=True)], axis=1) for key in gathered[0]}
+                                         zip(pieces, gathered, strict=True)], axis=1) for key in gathered[0]}, start
 
 
 @dataclasses.dataclass
@@ -206,6 +215,7 @@ class Job:
     parts: object  # harness.scale.agent_parts
     abstract_runner: object  # every agent's state as shapes, split over the devices
     segment: object  # the training program, not compiled
+    evaluate: object  # the final evaluation of every agent, not compiled
     period: int  # iterations between progress lines
     length: int  # rows of the segment program's metrics
     ends: list  # the iteration after each chunk
@@ -223,8 +233,13 @@ def plan(algorithm, config, points) -> Job:
     """The agents (sweep points x seeds) over the devices, and the training program of one agent, vmapped over a
     device's agents and split over the devices (shard_map). Each agent's swept values go in as arrays, and the
     script's parts are made in the program with them (`agent_parts`)."""
+    check_agent_memory(algorithm, config, config.num_seeds * len(points))  # before anything per agent is made
     keys, swept, names = agent_layout(config, points)
-    mesh = Mesh(np.array(choose_devices(config, len(keys))), ("agents",))
+    devices = choose_devices(config, len(keys))
+    # config.json and the checkpoints record the count, so --resume trains on as many devices (its numbers depend on
+    # how the agents are split), or says it cannot.
+    config = dataclasses.replace(config, num_devices=len(devices))
+    mesh = Mesh(np.array(devices), ("agents",))
     sharding = NamedSharding(mesh, PartitionSpec("agents"))
     parts = agent_parts(algorithm, config)
     abstract_runner = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
@@ -242,17 +257,22 @@ def plan(algorithm, config, points) -> Job:
         return make_segment(run, as_built_by(init, one_agent), length, structure)(
             agent, as_built_by(init, runner), start, count)
 
+    evaluate = over_agents(lambda key, runner, swept: make_evaluate(algorithm, parts(swept)[0])(key, runner), mesh,
+                           (0, 0, 0))
     return Job(algorithm, config, points, keys, to_agents(swept, sharding), names, mesh, sharding,
                to_agents(np.arange(len(keys), dtype=np.int32), sharding), parts, abstract_runner,
-               over_agents(segment, mesh, (0, 0, None, None, 0)), period, length, ends)
+               over_agents(segment, mesh, (0, 0, None, None, 0)), evaluate, period, length, ends)
 
 
 def compile_training(job, run_dir) -> tuple:
-    """-> (the compiled training program, seconds it took). Compiled from shapes alone, so a run too big for memory
-    is refused before anything is allocated (the run directory given up)."""
+    """-> (the compiled training program, the compiled final evaluation, seconds they took). Compiled from shapes
+    alone, so a run too big for memory (its training, or its evaluation on --eval-episodes envs per agent) is
+    refused before anything is allocated (the run directory given up)."""
     start = time.perf_counter()
     scalar = jax.ShapeDtypeStruct((), jnp.int32)
     compiled = job.segment.lower(job.agent_ids, job.abstract_runner, scalar, scalar, job.swept).compile()
+    keys = jax.ShapeDtypeStruct(job.keys.shape, job.keys.dtype, sharding=job.sharding)
+    evaluation = job.evaluate.lower(keys, job.abstract_runner, job.swept).compile()
     compile_s = time.perf_counter() - start
     state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(job.abstract_runner))
     metric_keys = job.algorithm.metric_keys_of(job.config)
@@ -260,11 +280,11 @@ def compile_training(job, run_dir) -> tuple:
     try:
         check_metric_keys(job.algorithm, metric_keys, compiled.out_info[1])
         check_memory(job.config, job.algorithm, [compiled], state_bytes * len(agents) // len(job.keys),
-                     len(job.keys) * job.num_iterations * len(metric_keys) * 4)
+                     len(job.keys) * job.num_iterations * len(metric_keys) * 4, evaluation)
     except ConfigError:
         run_dir.give_up()
         raise
-    return compiled, compile_s
+    return compiled, evaluation, compile_s
 
 
 def check_metric_keys(algorithm, metric_keys, reported):
@@ -304,18 +324,21 @@ def start_or_resume(job, checkpoints, run_dir) -> tuple:
 
 def train_chunks(job, compiled, runner, history, done, checkpoints, run_dir, progress, stop):
     """The chunks after iteration `done`: after each, its rows appended to metrics.csv, a non-finite check, a
-    checkpoint, and a stop if a signal came. -> (runner, every iteration's metrics)."""
+    checkpoint, and a stop if a signal came (on one process, a signal ends the chunk early: `run_chunk`).
+    -> (runner, every iteration's metrics)."""
     config, algorithm = job.config, job.algorithm
     profile_dir = os.path.join(run_dir.path, "profile")
     remaining = [end for end in job.ends if end > done]
     for start, end in zip([done, *remaining][:len(remaining)], remaining, strict=True):
         profiled = config.profile and start == done and job.lead
         with jax.profiler.trace(profile_dir, create_perfetto_trace=True) if profiled else contextlib.nullcontext():
-            runner, metrics = run_chunk(compiled, job, runner, start, end, progress if job.lead else None)
+            # One process may stop mid-chunk; several stop together where a chunk ends (any_process below).
+            runner, metrics, end = run_chunk(compiled, job, runner, start, end, progress if job.lead else None,
+                                             stop if jax.process_count() == 1 else None)
         if job.lead:
             run_dir.append_metrics(start, metrics)
         if metrics["nonfinite"].any():
-            raise nonfinite_stop(job.names, start, metrics["nonfinite"], start, algorithm.nonfinite_hint)
+            check_divergence(job, history, metrics, start)
         history = metrics if history is None else jax.tree.map(
             lambda a, b: np.concatenate([a, b], axis=1), history, metrics)
         with peers_within_timeout("a chunk's checkpoint"):  # orbax syncs the processes
@@ -331,62 +354,97 @@ def train_chunks(job, compiled, runner, history, done, checkpoints, run_dir, pro
     return runner, history
 
 
+def check_divergence(job, history, metrics, start):
+    """A chunk whose `nonfinite` flags are set (iterations from `start`): the run stops (RunStopped) unless it is a
+    sweep with points whose agents are all finite: then each point newly diverged is named in a warning, its agents
+    go on (their numbers are NaN, their summaries say `diverged_at_iteration`) and the healthy points finish."""
+    num_seeds, num_points = job.config.num_seeds, len(job.points)
+    flags = metrics["nonfinite"]
+    now = flags.reshape(num_points, num_seeds, -1).any(axis=(1, 2))
+    before = (np.zeros(num_points, bool) if history is None
+              else history["nonfinite"].reshape(num_points, num_seeds, -1).any(axis=(1, 2)))
+    if num_points == 1 or (now | before).all():
+        raise nonfinite_stop(job.names, start, flags, start, job.algorithm.nonfinite_hint)
+    if job.lead:
+        for p in np.flatnonzero(now & ~before):
+            rows = flags[p * num_seeds:(p + 1) * num_seeds]
+            first = start + int(np.nonzero(rows.any(axis=0))[0].min()) + 1
+            print(f"warning: sweep point {point_label(job.points[p])} diverged (non-finite loss or parameters, first "
+                  f"at iteration {first}); the other points train on. {job.algorithm.nonfinite_hint[0].upper()}"
+                  f"{job.algorithm.nonfinite_hint[1:]}", file=sys.stderr, flush=True)
+
+
 def train(algorithm, config, points):
     """A new or resumed run: planned, its directory claimed, compiled, trained in chunks, then evaluated and
     summarised."""
     job = plan(algorithm, config, points)
+    config = job.config  # with its device count
+    if job.lead:
+        for note in sweep_overrides(algorithm, config, points):
+            print(note)
     progress = Progress(config, points, local_agents(job.sharding, len(job.keys)), [],
                         algorithm.metric_keys_of(config), job.period)
-    # From here on Ctrl-C or SIGTERM (during compilation too) stop the run where the running chunk ends.
-    with StopRequest() as stop:
-        run_dir = RunDirectory(algorithm, config, points, job.lead)  # claimed, config.json written
-        if job.lead:
-            described = (f"{plural(config.num_seeds, 'seed')} x {len(points)} sweep points" if run_dir.sweep
-                         else plural(len(job.keys), "agent"))
-            step = steps_per_iteration(algorithm, config)
-            steps = f"{config.total_timesteps:,} steps"
-            if step and job.num_iterations * step != config.total_timesteps:  # say so where it rounds down
-                steps = (f"{job.num_iterations * step:,} steps (--total-timesteps {config.total_timesteps:,} in whole "
-                         f"iterations of {step:,})")
-            print(f"{algorithm.name} on {config.env}: {described} x {steps} in {config.num_chunks} chunk(s) on "
-                  f"{job.mesh.devices.size} device(s), run dir {run_dir.path}", flush=True)
-        compiled, compile_s = compile_training(job, run_dir)
-        run_dir.start_wandb()
-        progress.wandb_runs = run_dir.wandb_runs
-        try:
-            # exit_on_lost_peers is left first: a lost peer ends this process before orbax waits for it.
-            with Checkpoints(run_dir.path, config.keep_checkpoints) as checkpoints, exit_on_lost_peers():
-                if job.lead:
-                    print(f"compiled in {compile_s:.1f} s", flush=True)
-                runner, history, done = start_or_resume(job, checkpoints, run_dir)
-                if runner is None:
-                    run_dir.finish_wandb()
-                    return
-                if job.lead:
-                    run_dir.open_metrics(algorithm.metric_keys_of(config), history)
-                progress.start, progress.last = time.perf_counter(), job.num_iterations - 1
-                progress.start_steps = int(history["env_steps"][0, done - 1]) if done else 0
-                runner, history = train_chunks(job, compiled, runner, history, done, checkpoints, run_dir, progress,
-                                               stop)
-        except OSError as error:  # metrics.csv or a checkpoint could not be written
-            run_dir.finish_wandb(exit_code=1)
-            raise write_failed(error, algorithm.script, run_dir.path) from None
-        except BaseException:
-            run_dir.finish_wandb(exit_code=1)
-            raise
-    train_s = time.perf_counter() - progress.start
-    summarize(job, runner, history, run_dir, {"resumed_after_iteration": done or None, "compile_s": compile_s,
-                                               "train_s": train_s}, progress.start_steps)
+    run_dir = None
+    try:
+        # From here on Ctrl-C or SIGTERM (during compilation too) stop the run where the running chunk ends.
+        with StopRequest() as stop:
+            run_dir = RunDirectory(algorithm, config, points, job.lead)  # claimed, config.json written, owned
+            if job.lead:
+                described = (f"{plural(config.num_seeds, 'seed')} x {len(points)} sweep points" if run_dir.sweep
+                             else plural(len(job.keys), "agent"))
+                step = steps_per_iteration(algorithm, config)
+                steps = f"{config.total_timesteps:,} steps"
+                if step and job.num_iterations * step != config.total_timesteps:  # say so where it rounds down
+                    steps = (f"{job.num_iterations * step:,} steps (--total-timesteps {config.total_timesteps:,} "
+                             f"in whole iterations of {step:,})")
+                print(f"{algorithm.name} on {config.env}: {described} x {steps} in {config.num_chunks} chunk(s) on "
+                      f"{job.mesh.devices.size} device(s), run dir {run_dir.path}", flush=True)
+            compiled, evaluation, compile_s = compile_training(job, run_dir)
+            signum = any_process(stop.signal or 0)
+            if signum:  # during compilation: nothing trained yet, nothing to wait for
+                raise RunStopped(f"{signal.Signals(signum).name}: stopped while compiling, before any training: "
+                                 f"nothing was trained{' further' if config.resume else ''}; "
+                                 f"{'continue' if config.resume else 'start it'} with: python {algorithm.script} "
+                                 f"--resume {run_dir.path}", 128 + signum)
+            run_dir.start_wandb()
+            progress.wandb_runs = run_dir.wandb_runs
+            try:
+                # exit_on_lost_peers is left first: a lost peer ends this process before orbax waits for it.
+                with Checkpoints(run_dir.path, config.keep_checkpoints) as checkpoints, exit_on_lost_peers():
+                    if job.lead:
+                        print(f"compiled in {compile_s:.1f} s", flush=True)
+                    runner, history, done = start_or_resume(job, checkpoints, run_dir)
+                    if runner is None:
+                        run_dir.finish_wandb()
+                        return
+                    if job.lead:
+                        run_dir.open_metrics(algorithm.metric_keys_of(config), history)
+                    progress.start, progress.last = time.perf_counter(), job.num_iterations - 1
+                    progress.start_steps = int(history["env_steps"][0, done - 1]) if done else 0
+                    runner, history = train_chunks(job, compiled, runner, history, done, checkpoints, run_dir,
+                                                   progress, stop)
+            except OSError as error:  # metrics.csv or a checkpoint could not be written
+                run_dir.finish_wandb(exit_code=1)
+                raise write_failed(error, algorithm.script, run_dir.path) from None
+            except BaseException:
+                run_dir.finish_wandb(exit_code=1)
+                raise
+        train_s = time.perf_counter() - progress.start
+        summarize(job, evaluation, runner, history, run_dir, {"resumed_after_iteration": done or None,
+                                                               "compile_s": compile_s, "train_s": train_s},
+                  progress.start_steps)
+    finally:  # a new run's directory is owned until the end
+        if run_dir is not None:
+            run_dir.release()
 
 
-def summarize(job, runner, history, run_dir, extra, start_steps):
-    """The final evaluation of every agent, the end-of-run report and the run directory's summaries."""
+def summarize(job, evaluate, runner, history, run_dir, extra, start_steps):
+    """The final evaluation of every agent (`evaluate`: job.evaluate compiled), the end-of-run report and the run
+    directory's summaries."""
     algorithm, config, keys = job.algorithm, job.config, job.keys
     if job.lead:
         print(f"trained in {extra['train_s']:.1f} s; evaluating {plural(len(keys), 'agent')} on "
               f"{plural(config.eval_episodes, 'episode')} each, then writing the summaries and plots", flush=True)
-    evaluate = over_agents(lambda key, runner, swept: make_evaluate(algorithm, job.parts(swept)[0])(key, runner),
-                           job.mesh, (0, 0, 0))
     eval_returns, stats = gather(evaluate(to_agents(evaluation_keys(keys), job.sharding), runner, job.swept),
                                  "the final evaluation")
     if not job.lead:

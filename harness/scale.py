@@ -18,7 +18,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import PartitionSpec
 
 from harness import jax_private
-from harness.flags import MAX_COUNT, ConfigError, flag, require_finite
+from harness.flags import MAX_COUNT, ConfigError, flag, require_count, require_finite
 from harness.jax_private import coordination_client
 
 
@@ -236,6 +236,17 @@ def point_label(point: dict) -> str:
     return ",".join(f"{k}={v:g}" for k, v in point.items())
 
 
+def sweep_overrides(algorithm, config, points) -> list[str]:
+    """A note for each swept field whose own flag was set too (its value is not the default): the sweep's values
+    replace it, which the run says rather than silently drop the flag."""
+    if not config.sweep:
+        return []
+    defaults = algorithm.config()
+    return [f"note: --sweep {name}={','.join(f'{p[name]:g}' for p in points)} overrides {flag(name)} "
+            f"{getattr(config, name)}: each point trains with its own value" for name in points[0]
+            if getattr(config, name) != getattr(defaults, name)]
+
+
 def check_sweep_points(algorithm, config, points):
     """Every sweep value must be one the algorithm accepts on its own."""
     if not config.sweep:
@@ -376,6 +387,11 @@ def choose_devices(config, num_agents: int) -> list:
                               f"{jax.process_count()} processes; use a multiple of {len(devices)} agents")
         return devices
     if config.num_devices is not None:
+        if config.num_devices > len(devices) and config.resume is not None:
+            raise ConfigError(f"--resume: the run trained on {config.num_devices} devices and this process sees "
+                              f"{len(devices)}; resume it where it sees {config.num_devices} (CPU: XLA_FLAGS="
+                              f"--xla_force_host_platform_device_count={config.num_devices}), or pass --num-devices "
+                              f"{len(devices)} to go on with numbers an uninterrupted run would not give")
         if config.num_devices > len(devices):
             raise ConfigError(f"{flag('num_devices')} {config.num_devices}: this process sees {len(devices)} "
                               "device(s)")
@@ -465,38 +481,74 @@ def available_memory(device) -> tuple[int | None, str]:
             free = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
     except (OSError, StopIteration, ValueError, IndexError):
         pass
-    try:  # cgroup v2: a container's limit may be far below the host's memory
-        with open("/sys/fs/cgroup/memory.max") as f, open("/sys/fs/cgroup/memory.current") as g:
-            limit = f.read().strip()
-            if limit != "max":
-                left = int(limit) - int(g.read())
-                free = left if free is None else min(free, left)
-    except (OSError, ValueError):
-        pass
+    left = cgroup_memory_left()  # a container's limit may be far below the host's memory
+    if left is not None:
+        free = left if free is None else min(free, left)
     return free, "this host"
 
 
-def check_memory(config, algorithm, programs, state_bytes, host_bytes):
+def cgroup_memory_left(root="/sys/fs/cgroup") -> int | None:
+    """Bytes this process's cgroup may still allocate: its limit less its usage, from cgroup v2 (memory.max,
+    memory.current) or v1 (memory/memory.limit_in_bytes, memory.usage_in_bytes); None without a limit (v2's "max",
+    v1's page-rounded 2**63) or a cgroup file to read."""
+    for limit_file, usage_file in (("memory.max", "memory.current"),
+                                   ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes")):
+        try:
+            with open(os.path.join(root, limit_file)) as f, open(os.path.join(root, usage_file)) as g:
+                limit, usage = f.read().strip(), g.read().strip()
+            if limit == "max" or int(limit) >= 2**62:
+                return None
+            return max(0, int(limit) - int(usage))
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def check_agent_memory(algorithm, config, num_agents):
+    """ConfigError before anything is made per agent (keys, swept values, states, the compiled program's check):
+    too many agents for an int32 count, or for their state alone in the memory available: one agent's state (its
+    shapes, traced; nothing allocated) twice (training and a checkpoint's host copy) and its metrics history, times
+    this process's agents. The full check (`check_memory`) follows from the compiled programs."""
+    require_count(num_agents, "agents (--num-seeds x sweep points)", flag("num_seeds"))
+    _, init, _ = agent_parts(algorithm, config)({})
+    one = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(jax.eval_shape(
+        init, jax.ShapeDtypeStruct((2,), jnp.uint32))))
+    history = algorithm.num_iterations(config) * len(algorithm.metric_keys_of(config)) * 4
+    local = -(-num_agents // jax.process_count())
+    need = local * (2 * one + history + 8)
+    free, where = available_memory(jax.local_devices()[0])
+    if free is not None and need > free:
+        raise ConfigError(f"the run needs about {need / 1e9:.1f} GB of memory ({local * one / 1e9:.1f} GB of it the "
+                          f"state of its {local:,} agents) and {where} has {free / 1e9:.1f} GB available: lower "
+                          f"{size_flags(algorithm, config, history > one)}")
+
+
+def check_memory(config, algorithm, programs, state_bytes, host_bytes, evaluation=None):
     """ConfigError, before anything is allocated, when the run cannot fit: each compiled training program's
     arguments, outputs and temporaries (XLA's `memory_analysis`, per device), plus one more copy of the agents'
     state (a checkpoint copies it to the host) and `host_bytes` (the metrics history), against the memory
-    available. Host devices share the host's memory, so on CPU their needs add up."""
+    available. Host devices share the host's memory, so on CPU their needs add up. `evaluation`: the compiled final
+    evaluation (--eval-episodes envs per agent at once), which runs after training and is counted the same way."""
     devices = jax.local_devices()
-    per_device = 0
-    for program in programs:
+    needs = []
+    for program in [*programs, *([evaluation] if evaluation is not None else [])]:
         stats = program.memory_analysis()
         if stats is None:
             return
-        per_device = max(per_device, stats.argument_size_in_bytes + stats.output_size_in_bytes
-                         - stats.alias_size_in_bytes + stats.temp_size_in_bytes)
+        needs.append(stats.argument_size_in_bytes + stats.output_size_in_bytes - stats.alias_size_in_bytes
+                     + stats.temp_size_in_bytes)
+    per_device = max(needs)
     on_cpu = devices[0].platform == "cpu"
     need = per_device * (len(devices) if on_cpu else 1) + (state_bytes + host_bytes if on_cpu else 0)
     free, where = available_memory(devices[0])
     if free is None or need <= free:
         return
+    lower = size_flags(algorithm, config, host_bytes > state_bytes)
+    if evaluation is not None and needs[-1] > max(needs[:-1], default=0):
+        lower = (f"{flag('eval_episodes')} (the final evaluation plays {config.eval_episodes:,} episodes per agent at "
+                 f"once), or {lower}")
     raise ConfigError(f"the run needs about {need / 1e9:.1f} GB of memory ({state_bytes / 1e9:.1f} GB of it the "
-                      f"state of its agents) and {where} has {free / 1e9:.1f} GB available: lower "
-                      f"{size_flags(algorithm, config, host_bytes > state_bytes)}")
+                      f"state of its agents) and {where} has {free / 1e9:.1f} GB available: lower {lower}")
 
 
 def size_flags(algorithm, config, history=False) -> str:

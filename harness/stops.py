@@ -45,8 +45,9 @@ def nonfinite_stop(names, first, flags, last_good, hint):
 
 
 class StopRequest:
-    """SIGINT (Ctrl-C) or SIGTERM during training is remembered and acted on when the running chunk ends; a
-    second one stops at once. A context manager: the previous handlers come back on exit."""
+    """SIGINT (Ctrl-C) or SIGTERM during compilation or training is remembered and acted on when compilation ends,
+    or where the iterations under way end (a chunk's end in a multi-process run), with a checkpoint; a second one
+    stops at once. A context manager: the previous handlers come back on exit."""
 
     def __enter__(self):
         self.signal = None
@@ -62,5 +63,5 @@ class StopRequest:
             self.__exit__()
             raise KeyboardInterrupt
         self.signal = signal.Signals(signum)
-        print(f"\n{self.signal.name}: stopping when this chunk ends (again to abort at once)", file=sys.stderr,
-              flush=True)
+        print(f"\n{self.signal.name}: stopping after the iterations under way, with a checkpoint (again to abort at "
+              "once)", file=sys.stderr, flush=True)

@@ -373,9 +373,24 @@ def test_bad_gif_paths_exit_2(tmp_path, capsys):
 
     run_dir = tmp_path / "no_run"  # the --gif checks come before the run directory is read
     for gif, words in ((str(tmp_path), "is a directory; give a file path"),
-                       (str(tmp_path / "missing" / "a.gif"), "the folder")):
+                       (str(tmp_path / "missing" / "a.gif"), "the folder"),
+                       (str(tmp_path / "episode.png"), "the file name must end in .gif")):  # was PIL's, after drawing
         code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(eval=str(run_dir), gif=gif))
         assert code == 2 and len(err) == 1 and err[0].startswith(f"error: --gif {gif}") and words in err[0], err
+
+
+def test_an_evaluation_too_big_for_memory_exits_2_before_training(finished_runs, tmp_path, capsys):
+    """--eval-episodes enters the memory check: a billion episodes per agent used to train the whole run and then
+    run out of memory in the final evaluation."""
+    module, config = tiny_config("ppo", tmp_path / "runs", run_name="big", eval_episodes=10**9)
+    code, err = exit_code_and_error(capsys, module.main, config)
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith("error: the run needs about ") and "lower --eval-episodes (the final evaluation plays " \
+        "1,000,000,000 episodes per agent at once), or --num-seeds" in err[0], err
+    assert "iteration" not in capsys.readouterr().out and not (tmp_path / "runs" / "big").exists()
+    code, err = exit_code_and_error(capsys, module.main, module.Config(eval=str(finished_runs["ppo"]),
+                                                                           eval_episodes=10**9))
+    assert code == 2 and len(err) == 1 and "lower --eval-episodes" in err[0], err  # --eval: before it is read
 
 
 @pytest.mark.parametrize("args, message", [
@@ -505,6 +520,23 @@ def test_resume_of_a_finished_run_says_so_and_changes_nothing(finished_runs, tmp
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
 
 
+def test_resume_of_a_run_another_process_owns_exits_2_and_changes_nothing(finished_runs, tmp_path, capsys):
+    """A --resume of a run directory another process holds (a run training in it) exits 2 naming that process's pid
+    (two trainers used to write one metrics.csv). That a training run holds its directory is tested with the stop
+    of a single-chunk run below."""
+    import ppo
+    from harness.files import RunLock
+
+    run_dir = copy_run(finished_runs, "ppo", tmp_path)
+    (run_dir / "summary.json").unlink()
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    with RunLock(str(run_dir), "--resume"):
+        code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(resume=str(run_dir)))
+    assert code == 2 and err == [f"error: --resume: another process (pid {os.getpid()}) is training in {run_dir}; "
+                                 "wait for it to end or stop it, then --resume it"], err
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
 def test_resume_falls_back_past_a_damaged_newest_checkpoint(finished_runs, tmp_path, capsys):
     import ppo
 
@@ -517,6 +549,179 @@ def test_resume_falls_back_past_a_damaged_newest_checkpoint(finished_runs, tmp_p
     assert "resuming after iteration 3 of 4" in out
     assert (run_dir / "damaged_checkpoints" / "4").is_dir() and checkpoint_steps(run_dir)[-1] == 4
     assert read_csv(run_dir / "metrics.csv") == read_csv(finished_runs["ppo"] / "metrics.csv")
+
+
+@pytest.mark.parametrize("loss", ["deleted", "emptied", "a file"])
+def test_resume_never_discards_recorded_iterations_when_the_checkpoints_are_gone(loss, finished_runs, tmp_path,
+                                                                                   capsys):
+    """A run whose metrics.csv records iterations but whose checkpoints/ is gone is refused, not started again (it
+    used to be, replacing metrics.csv); nothing in the directory changes."""
+    import ppo
+
+    run_dir = copy_run(finished_runs, "ppo", tmp_path)
+    (run_dir / "summary.json").unlink()
+    shutil.rmtree(run_dir / "checkpoints")
+    if loss != "deleted":
+        (run_dir / "checkpoints").mkdir() if loss == "emptied" else (run_dir / "checkpoints").write_text("")
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(resume=str(run_dir)))
+    assert code == 2 and len(err) == 1, err
+    if loss == "a file":
+        assert err[0].startswith(f"error: --resume: {run_dir / 'checkpoints'} is not a folder; move it away")
+    else:
+        assert err[0] == (f"error: --resume: {run_dir / 'checkpoints'} "
+                          f"{'is missing' if loss == 'deleted' else 'holds no checkpoint'}, but metrics.csv records 4 "
+                          "iterations: starting again would discard them; put back its checkpoints, or train a new "
+                          "run (python ppo.py without --resume)")
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
+def test_resume_holds_config_json_to_the_config_its_checkpoint_was_trained_with(finished_runs, tmp_path, capsys):
+    """A config.json that lost a field or had its seed changed used to change the resumed run silently (a longer
+    run, another seed's labels on the seed-0 agents): it is refused naming the field, unless the command line names
+    the field with the checkpoint's value."""
+    import ppo
+    from harness.checkpoints import trained_config
+    from harness.flags import resumed_config
+
+    run_dir = copy_run(finished_runs, "ppo", tmp_path)
+    (run_dir / "summary.json").unlink()
+    saved = json.loads((run_dir / "config.json").read_text())
+    newest = run_dir / "checkpoints" / "4"
+    edits = {"total_timesteps": ({k: v for k, v in saved.items() if k != "total_timesteps"},
+                                 f"has no total_timesteps, but its newest checkpoint ({newest}) was trained with "
+                                 f"--total-timesteps {saved['total_timesteps']}; put that value back in config.json, "
+                                 f"or pass --total-timesteps {saved['total_timesteps']} to resume the run as it was "
+                                 "trained"),
+             "seed": ({**saved, "seed": 5}, f"says --seed 5, but its newest checkpoint ({newest}) was trained with "
+                                            "--seed 0; ")}
+    for field, (edited, message) in edits.items():
+        (run_dir / "config.json").write_text(json.dumps(edited))
+        before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+        code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(resume=str(run_dir)))
+        assert code == 2 and len(err) == 1 and err[0].startswith(f"error: --resume: {run_dir / 'config.json'} "
+                                                                 f"{message}"), err
+        assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+        # The command line naming the checkpoint's value settles it; another value would change the results.
+        value, flag_name = saved[field], "--" + field.replace("_", "-")
+        resumed = resumed_config(ppo.ALGORITHM, ppo.Config(resume=str(run_dir), **{field: value}), {"resume", field},
+                                 trained_config(str(run_dir)))
+        assert (resumed.seed, resumed.total_timesteps) == (0, saved["total_timesteps"])
+        with pytest.raises(harness.ConfigError, match=f"was trained with {flag_name}"):
+            resumed_config(ppo.ALGORITHM, ppo.Config(resume=str(run_dir), **{field: value + 1}), {"resume", field},
+                           trained_config(str(run_dir)))
+
+
+@pytest.mark.parametrize("field, value", [("num_seeds", 1.5), ("num_seeds", "two"), ("learning_rate", None),
+                                          ("env", "NoSuchEnv-v0")])
+def test_a_foreign_or_damaged_config_json_is_one_error_line(field, value, finished_runs, tmp_path, capsys):
+    """--eval and --resume of a run whose config.json holds values of the wrong type or an unknown env: one line
+    naming config.json and the field, exit 2 (they were tracebacks)."""
+    import ppo
+
+    run_dir = copy_run(finished_runs, "ppo", tmp_path)
+    (run_dir / "summary.json").unlink()
+    saved = json.loads((run_dir / "config.json").read_text())
+    (run_dir / "config.json").write_text(json.dumps({**saved, field: value}))
+    for flag in ("eval", "resume"):
+        code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(**{flag: str(run_dir)}))
+        assert code == 2 and len(err) == 1 and err[0].startswith("error: "), (flag, err)
+        assert field in err[0] or field.replace("_", "-") in err[0], (flag, err)
+
+
+@pytest.mark.parametrize("damage", ["truncated array file", "arrays unlike their checksums"])
+def test_resume_sets_damaged_checkpoint_data_aside_and_goes_on_from_an_intact_one(damage, finished_runs, tmp_path,
+                                                                                   capsys):
+    """Damage inside the newest checkpoint's arrays: a file cut short (orbax raised a bare Exception: a traceback)
+    or arrays that read but are not what was written (flipped bytes, restored silently): the checkpoint is set
+    aside with a warning and the run goes on from the one before, to the uninterrupted run's metrics."""
+    import ppo
+
+    run_dir = copy_run(finished_runs, "ppo", tmp_path)
+    (run_dir / "summary.json").unlink()
+    newest = run_dir / "checkpoints" / "4"
+    if damage == "truncated array file":
+        data = max((p for p in (newest / "runner").rglob("*") if p.is_file() and p.parent.name == "d"),
+                   key=lambda p: p.stat().st_size)
+        data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    else:  # the arrays as written, their recorded checksum not: as if the arrays had changed after the write
+        meta = json.loads((newest / "meta" / "metadata").read_text())
+        meta["checksums"]["runner"][0] ^= 1
+        (newest / "meta" / "metadata").write_text(json.dumps(meta))
+    ppo.main(ppo.Config(resume=str(run_dir)))
+    out = capsys.readouterr().out
+    assert f"warning: checkpoint {newest} cannot be read (" in out and "resuming after iteration 3 of 4" in out
+    assert (run_dir / "damaged_checkpoints" / "4").is_dir()
+    assert read_csv(run_dir / "metrics.csv") == read_csv(finished_runs["ppo"] / "metrics.csv")
+
+
+def test_a_signal_during_compilation_stops_before_training_saying_nothing_was_trained(tmp_path, capsys,
+                                                                                       monkeypatch):
+    """SIGTERM while the program compiles used to train the whole first chunk first."""
+    import harness.run
+
+    compile_training = harness.run.compile_training
+
+    def compile_then_signal(*args):
+        compiled = compile_training(*args)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return compiled
+
+    monkeypatch.setattr(harness.run, "compile_training", compile_then_signal)
+    module, config = tiny_config("ppo", tmp_path / "runs", run_name="stopped")
+    code, err = exit_code_and_error(capsys, module.main, config)
+    run_dir = tmp_path / "runs" / "stopped"
+    assert code == 128 + signal.SIGTERM and err[-1] == ("SIGTERM: stopped while compiling, before any training: "
+                                                        "nothing was trained; start it with: python ppo.py --resume "
+                                                        f"{run_dir}"), err
+    assert sorted(p.name for p in run_dir.iterdir()) == ["config.json"]
+
+
+def test_a_signal_in_a_single_chunk_run_stops_where_the_iterations_under_way_end(finished_runs, tmp_path, capsys,
+                                                                                monkeypatch):
+    """With one chunk, SIGTERM was acted on only when the run had ended (exit 0): it stops after the piece of the
+    chunk under way (here 1 iteration), with metrics and a checkpoint, and --resume ends with the uninterrupted
+    run's metrics. While it trains, the run holds its directory: another trainer is refused, naming its pid."""
+    from harness.files import LOCK_NAME, RunLock
+    from harness.records import Progress
+
+    show, shown = Progress.show, []
+
+    def show_then_signal(self, *args):
+        if not shown:
+            with pytest.raises(harness.ConfigError, match=f"another process \\(pid {os.getpid()}\\) is training"):
+                RunLock(str(tmp_path / "runs" / "one_chunk"), "--resume")
+            os.kill(os.getpid(), signal.SIGTERM)
+        shown.append(args[0])
+        return show(self, *args)
+
+    monkeypatch.setattr(Progress, "show", show_then_signal)
+    module, config = tiny_config("ppo", tmp_path / "runs", run_name="one_chunk", num_chunks=1)
+    code, err = exit_code_and_error(capsys, module.main, config)
+    run_dir = tmp_path / "runs" / "one_chunk"
+    assert code == 128 + signal.SIGTERM and err[-1].startswith("SIGTERM: stopped after iteration 2 of 4, metrics and "
+                                                               "checkpoint written; continue with: "), err
+    assert checkpoint_steps(run_dir) == [2] and len(read_csv(run_dir / "metrics.csv")) == 1 + 2 * 2
+    assert shown and not (run_dir / LOCK_NAME).exists()  # the stopped run let its directory go
+    monkeypatch.setattr(Progress, "show", show)
+    module.main(module.Config(resume=str(run_dir)))
+    assert read_csv(run_dir / "metrics.csv") == read_csv(finished_runs["ppo"] / "metrics.csv")
+
+
+def test_resume_keeps_the_device_count_the_run_trained_on(finished_runs, tmp_path, capsys):
+    """config.json records the devices a run was split over; a resume where there are fewer says so (it used to
+    switch the count, and the numbers, silently)."""
+    import ppo
+
+    run_dir = copy_run(finished_runs, "ppo", tmp_path)
+    saved = json.loads((run_dir / "config.json").read_text())
+    assert saved["num_devices"] == json.loads((run_dir / "summary.json").read_text())["num_devices"] >= 1
+    (run_dir / "summary.json").unlink()
+    more = len(jax.devices()) + 1
+    (run_dir / "config.json").write_text(json.dumps({**saved, "num_devices": more}))
+    code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(resume=str(run_dir)))
+    assert code == 2 and len(err) == 1 and err[0].startswith(
+        f"error: --resume: the run trained on {more} devices and this process sees {len(jax.devices())}; "), err
 
 
 def test_resume_of_a_run_killed_before_its_first_checkpoint_starts_it_again(finished_runs, tmp_path, capsys):

@@ -254,3 +254,17 @@ def test_cli_only_leaves_the_committed_report_alone(run_script, fabricated, tmp_
     assert result.returncode == 0, result.stderr
     assert not os.path.exists(committed)
     assert "| ppo-cart |" in (out_dir / "learning_tiny.md").read_text()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (dict(random_scores=True, random_episodes=-5), "error: --random-episodes must be a positive integer, got -5"),
+    (dict(random_scores=True, random_episodes=0), "error: --random-episodes must be a positive integer, got 0"),
+    (dict(out_dir="a-file/runs"), "error: --out-dir a-file/runs: {tmp}/a-file is a file, not a directory; choose "
+                                  "another --out-dir"),
+])
+def test_bad_arguments_exit_2_with_one_line_before_anything_runs(flags, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a-file").write_text("")
+    assert learning.main(learning.Args(**flags)) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines() == [message.format(tmp=tmp_path)] and not captured.out

@@ -180,6 +180,21 @@ def test_sweep_writes_each_point_as_its_own_run_and_ranks_them(one_device_run, t
     assert [e["rank"] for e in ranking] == [1, 2] and means == sorted(means, reverse=True)
 
 
+def test_a_diverging_sweep_point_is_reported_while_the_healthy_points_finish(tmp_path, capsys):
+    """One point's NaNs used to stop the whole sweep, with no summary for the healthy points: the point is named in
+    a warning, the others train to the end, and the ranking puts it last, marked diverged."""
+    module, config = tiny_config("ppo", tmp_path, num_seeds=2, run_name="sweep", sweep=("lr=2.5e-4,1e30",))
+    module.main(config)
+    err = capsys.readouterr().err
+    assert err.count("warning: sweep point learning_rate=1e+30 diverged (non-finite loss or parameters, first at "
+                     "iteration 1); the other points train on.") == 1, err
+    ranking = json.loads((tmp_path / "sweep" / "summary.json").read_text())["ranking"]
+    assert [(e["point"], e["diverged_at_iteration"]) for e in ranking] == [("learning_rate=0.00025", None),
+                                                                             ("learning_rate=1e+30", 1)]
+    healthy = read_csv(tmp_path / "sweep" / "learning_rate=0.00025" / "metrics.csv")
+    assert len(healthy) == 1 + 4 * 2 and all(row[-1] == "False" for row in healthy[1:])
+
+
 @pytest.mark.slow
 def test_sweep_on_two_devices_equals_one_point_sweeps_bit_for_bit(run_script, tmp_path):
     """With one sweep point per device, each device runs the one-device program of that point's agents: a

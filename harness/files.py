@@ -1,0 +1,93 @@
+"""Files the harness writes, written safely: each through a temporary that is created exclusively in the target's
+folder (never through a link planted at its name) and renamed over the target once whole; appends never follow a
+link. And a run directory's owner: one process at a time trains in it (`RunLock`). No JAX here."""
+
+import contextlib
+import errno
+import fcntl
+import os
+import secrets
+
+from harness.flags import ConfigError
+
+LOCK_NAME = ".lock"
+
+
+@contextlib.contextmanager
+def replaced(path, mode="w", **kwargs):
+    """`with replaced(path) as f:` writes `path` atomically: to a new temporary file beside it, created exclusively
+    (O_EXCL under a random name: a link or file planted at any name is never opened), renamed over `path` when the
+    block ends without error (rename replaces a link at `path` itself, never what it points to). A kill or a full
+    disk leaves the old file or the new one; the temporary is removed on error. The file's mode follows the umask,
+    as open()'s does."""
+    folder, name = os.path.split(os.path.abspath(path))
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(100):
+        temporary = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.tmp")
+        try:
+            fd = os.open(temporary, flags, 0o666)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(errno.EEXIST, "no free temporary name", path)
+    try:
+        with os.fdopen(fd, mode, **kwargs) as f:
+            yield f
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def open_append(path, **kwargs):
+    """`path` opened for appending, refused (OSError ELOOP) if it is a link, and never created."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC), "a", **kwargs)
+
+
+class RunLock:
+    """The run directory's owner: an exclusive `flock` on <run dir>/.lock, which holds the owner's pid, held until
+    `release` (or the process ends: the kernel drops a dead process's lock, so a killed run never holds its
+    directory). A second owner, in this process or another, gets ConfigError naming the first's pid. The lock file
+    is removed on release; a taker checks that the file it locked is still the one at the name."""
+
+    def __init__(self, run_dir, which):
+        self.path = os.path.join(run_dir, LOCK_NAME)
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            except OSError as error:
+                raise ConfigError(f"{which}: cannot lock {self.path} ({error.strerror}); is {run_dir} a run "
+                                  "directory you can write in?") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                owner = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                os.close(fd)
+                raise ConfigError(f"{which}: another process (pid {owner}) is training in {run_dir}; wait for it to "
+                                  f"end or stop it, then --resume it") from None
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(self.path, follow_symlinks=False))
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)  # the owner released (and removed) it between our open and our lock: take the new one
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self.fd = fd
+
+    def release(self):
+        if self.fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+        os.close(self.fd)  # closing drops the lock
+        self.fd = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
