@@ -114,11 +114,15 @@ def test_learns_masked_cartpole_where_ppo_cannot(run_script, tmp_path):
     budget = ("--env", "CartPole-v1-masked", "--num-seeds", "4", "--total-timesteps", "150000")
     result = run_script("ppo_rnn.py", *budget, "--out-dir", str(tmp_path / "rnn"))
     assert result.returncode == 0, result.stderr
-    _, summary = read_run(tmp_path / "rnn")
+    run_dir, summary = read_run(tmp_path / "rnn")
     assert summary["eval_return_iqm"]["iqm"] >= 400, summary
     # The evaluation with memory agrees with what training saw at its end (a policy evaluated without its memory
-    # scores like ppo.py's below: about 40).
+    # scores like ppo.py's below: about 40), and --eval of the saved run plays the same episodes to the same returns.
     assert np.mean(summary["final_return"]) >= 400, summary
+    result = run_script("ppo_rnn.py", "--eval", str(run_dir))
+    assert result.returncode == 0, result.stderr
+    means = [line.split("mean ")[1].split()[0] for line in result.stdout.splitlines() if line.startswith("seed ")]
+    assert means == [f"{r:.2f}" for r in summary["eval_return"]], result.stdout
     result = run_script("ppo.py", *budget, "--out-dir", str(tmp_path / "ppo"))
     assert result.returncode == 0, result.stderr
     _, summary = read_run(tmp_path / "ppo")
