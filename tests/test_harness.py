@@ -34,7 +34,8 @@ from harness.scale import seed_keys
 # scanning learning rates on tiny runs (the first bad iteration is read from metrics.csv, not assumed).
 CASES = {
     "ppo": ("ppo", dict(total_timesteps=4 * 512, num_seeds=2, log_every=1, eval_episodes=3),
-            dict(env="Pendulum-v1", learning_rate=12.0, total_timesteps=8 * 512, num_chunks=8)),
+            # the entropy bonus alone drives log-std past float32's exp at Adam's step size: inf by iteration 5
+            dict(env="Pendulum-v1", learning_rate=4.0, ent_coef=1.0, total_timesteps=8 * 512, num_chunks=8)),
     "reinforce": ("reinforce", dict(total_timesteps=4 * 512, num_seeds=2, train_v_iters=5, log_every=1,
                                     eval_episodes=3),
                   dict(env="Pendulum-v1", pi_lr=30.0, total_timesteps=8 * 512, num_chunks=8)),
@@ -442,8 +443,9 @@ def test_eval_draws_one_episode(finished_runs, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_sigint_leaves_a_resumable_run(finished_runs, run_script, tmp_path):
-    """Ctrl-C during a run (here as soon as it starts compiling): the first chunk ends, metrics and a checkpoint
-    are written, the exit code is 130; --resume completes the run to the numbers of an uninterrupted one."""
+    """Ctrl-C during a run (here as soon as it starts compiling): it stops once compiled, before training, exit
+    130, saying nothing was trained and how to start it; --resume completes the run to the numbers of an
+    uninterrupted one."""
     _, tiny, _ = CASES["ppo"]
     flags = cli_flags({**tiny, "num_chunks": 4, "run_name": "cut", "out_dir": tmp_path / "runs"})
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path)}
@@ -456,12 +458,10 @@ def test_sigint_leaves_a_resumable_run(finished_runs, run_script, tmp_path):
     out, err = process.communicate(timeout=600)
     run_dir = tmp_path / "runs" / "cut"
     assert process.returncode == 130, err
-    assert f"continue with: python ppo.py --resume {run_dir}" in err
-    assert not (run_dir / "summary.json").exists()
-    assert checkpoint_steps(run_dir) == [1]
+    assert f"nothing was trained; start it with: python ppo.py --resume {run_dir}" in err
+    assert not (run_dir / "summary.json").exists() and not (run_dir / "metrics.csv").exists()
     result = run_script("ppo.py", "--resume", str(run_dir), add_out_dir=False)
     assert result.returncode == 0, result.stderr
-    assert "resuming after iteration 1 of 4" in result.stdout
     assert read_csv(run_dir / "metrics.csv") == read_csv(finished_runs["ppo"] / "metrics.csv")
 
 
