@@ -94,7 +94,7 @@ class Entry:
 
 # Normalisation per env: (low, high, where high comes from). low: a uniformly random policy's mean return over 1,000
 # episodes, measured with `python benchmarks/learning.py --suite full --random-scores` (seed 0, 2026-11-24; Brax
-# HalfCheetah over 100 episodes, `--random-episodes 100`). high: gymnasium's reward_threshold ("solved") where the env
+# HalfCheetah over 100 episodes, `--random-episodes 100`; Seaquest with `--suite minatar`). high: gymnasium's reward_threshold ("solved") where the env
 # has one, else the published return we compare with; None where there is neither: the report then takes the best
 # eval IQM on that env among its entries, and says so.
 SCORE_RANGES = {
@@ -109,6 +109,7 @@ SCORE_RANGES = {
     "Breakout-MinAtar": (0.408, None, "best eval IQM in this report"),
     "Freeway-MinAtar": (0.397, None, "best eval IQM in this report"),
     "SpaceInvaders-MinAtar": (4.074, None, "best eval IQM in this report"),
+    "Seaquest-MinAtar": (0.104, None, "best eval IQM in this report"),
     "GridWorld-v0": (0.226, 1.0, "the optimum: reward 1 at the goal (envs/gridworld.py)"),
     "FrozenLake-misc": (0.016, 0.7, "gymnasium reward_threshold of FrozenLake-v1 (4x4, slippery)"),
     "brax/halfcheetah:mjx": (-283.5, None, "best eval IQM in this report"),
@@ -169,7 +170,12 @@ MEMORY_CHAIN_OPTIMUM = Reference(1.0, "none found (optimum 1.0)", "gymnax Memory
 MASKED_NONE = Reference(None, "none found", "POPGym's StatelessCartPole (Morad et al. 2023) has other episode "
                         "lengths and a normalised score: no published return for a 500-step CartPole without "
                         "velocities")
-MINATAR_NONE = Reference(None, "none found", "gymnax README lists no MinAtar returns; MinAtar and PQN papers: curves")
+MINATAR_NONE = Reference(None, "none found", "MinAtar and PQN papers: curves only")
+# gymnax README's environment table: gymnax-blines' PPO checkpoints (agents/<game>/ppo.yaml: 10M steps), "R: <return>".
+GYMNAX_MINATAR = {game: Reference(value, f"{value:g}", "gymnax README: gymnax-blines PPO checkpoint, 10M steps")
+                  for game, value in (("Asterix", 15.0), ("Breakout", 28.0), ("Freeway", 58.0),
+                                      ("SpaceInvaders", 131.0))}
+MINATAR_GAMES = ("Breakout", "SpaceInvaders", "Asterix", "Freeway", "Seaquest")
 
 SUITES = {
     # Under 20 min on our 2-core CPU: CleanRL's 500k-step budgets on classic control, the learning tests' budgets
@@ -186,7 +192,7 @@ SUITES = {
               PPO_GYMNAX_BLINES_CONTINUOUS, GYMNAX_MCC),
         # gymnax-blines PPO and purejaxql's PPO on MinAtar: 10M (ppo.yaml num_train_steps, ppo_minatar.yaml).
         *(entry(f"ppo-{game}-MinAtar", "ppo", "ppo.py", f"{game}-MinAtar", 10_000_000, 10, PPO_MINATAR,
-                MINATAR_NONE) for game in ("Asterix", "Breakout", "Freeway", "SpaceInvaders")),
+                GYMNAX_MINATAR[game]) for game in ("Asterix", "Breakout", "Freeway", "SpaceInvaders")),
         # ppo_rnn.py on tasks that need memory: its default budget (500k) on the masked CartPole, 100k on MemoryChain.
         entry("ppo_rnn-CartPole-v1-masked", "ppo_rnn", "ppo_rnn.py", "CartPole-v1-masked", 500_000, 10, (),
               MASKED_NONE),
@@ -239,6 +245,15 @@ QUICK_BUDGETS = {
 _FULL = {e.name: e for e in SUITES["full"]}
 SUITES["quick"] = tuple(dataclasses.replace(_FULL[name], total_timesteps=steps or _FULL[name].total_timesteps)
                         for name, steps in QUICK_BUDGETS.items())
+# MinAtar at the field's budget (issue 30): 10M env steps per seed, every game, PQN (10 seeds, about 25 min a game
+# here) and ppo.py (5 seeds, about an hour a game) by game, so each game's pair finishes together; the full suite's
+# configurations. The MinAtar paper's DQN (5M steps, one env, an update per step) runs at about 3k env steps/s here:
+# hours a game, so it is not in this suite.
+SUITES["minatar"] = tuple(
+    e for game in MINATAR_GAMES for e in (
+        entry(f"pqn-{game}-MinAtar", "pqn", "pqn.py", f"{game}-MinAtar", 10_000_000, 10, PQN_MINATAR, MINATAR_NONE),
+        entry(f"ppo-{game}-MinAtar", "ppo", "ppo.py", f"{game}-MinAtar", 10_000_000, 5, PPO_MINATAR,
+              GYMNAX_MINATAR.get(game, MINATAR_NONE))))
 # Memory (ppo_rnn.py, issue 25; about 7 min here): the quick suite's entries on tasks that need memory, and ppo.py on
 # the masked CartPole beside them to show what memory buys (in no other suite: a task it cannot solve by design would
 # weigh in ppo's aggregate score there).
@@ -251,7 +266,8 @@ SUITES["memory"] = (
 @dataclass(frozen=True)
 class Args:
     suite: str = "quick"
-    """which suite: quick (CPU, under 20 min), memory (its ppo_rnn.py entries) or full (issue 18's, GPU-sized)"""
+    """which suite: quick (CPU, under 20 min), memory (its ppo_rnn.py entries), minatar (10M steps per seed: hours)
+    or full (issue 18's, GPU-sized)"""
     suite_file: str | None = None
     """a JSON suite instead: {"name": ..., "entries": [{Entry fields}, ...]} (reference: {value, text, source})"""
     only: tyro.conf.UseAppendAction[tuple[str, ...]] = ()
