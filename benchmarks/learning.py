@@ -94,9 +94,9 @@ class Entry:
 
 # Normalisation per env: (low, high, where high comes from). low: a uniformly random policy's mean return over 1,000
 # episodes, measured with `python benchmarks/learning.py --suite full --random-scores` (seed 0, 2026-11-24; Brax
-# HalfCheetah over 100 episodes, `--random-episodes 100`; Seaquest with `--suite minatar`). high: gymnasium's reward_threshold ("solved") where the env
-# has one, else the published return we compare with; None where there is neither: the report then takes the best
-# eval IQM on that env among its entries, and says so.
+# HalfCheetah over 100 episodes, `--random-episodes 100`; Seaquest with `--suite minatar`). high: gymnasium's
+# reward_threshold ("solved") where the env has one, else the published return we compare with; None where there is
+# neither: the report then takes the best eval IQM on that env among its entries, and says so.
 SCORE_RANGES = {
     "CartPole-v1": (22.05, 475.0, "gymnasium reward_threshold"),
     "Acrobot-v1": (-498.5, -100.0, "gymnasium reward_threshold"),
