@@ -37,7 +37,8 @@ class Config(harness.Flags):
     starts; config.json records the values used."""
 
     env: str = "GridWorld-v0"
-    """environment id: any gymnax id, or one of ours (see envs.list_envs())"""
+    """environment id: a gymnax id, one of ours or an installed suite's (see envs.list_envs()), or your own env as
+    module:name (docs/envs.md)"""
     log_every: int = 50
     """print progress (and log to wandb) every this many updates"""
     agent: Literal["auto", "tabular", "dqn"] = "auto"

@@ -37,7 +37,8 @@ class Config(harness.Flags):
     shares (harness.Flags)."""
 
     env: str = "CartPole-v1-masked"
-    """environment id: any gymnax id, or one of ours (see envs.list_envs()); the -masked ones need memory"""
+    """environment id (see envs.list_envs(); your own env as module:name, docs/envs.md); the -masked ones need
+    memory"""
     total_timesteps: int = 1_000_000
     """env steps per agent"""
     log_every: int = 20

@@ -35,7 +35,8 @@ class Config(harness.Flags):
     """TD3's fields; --seed, --num-seeds, --out-dir, ... are the flags every script shares (harness.Flags)."""
 
     env: str = "Pendulum-v1"
-    """environment id with continuous actions: a gymnax id, or brax/<task>[:<backend>] (see envs.list_envs())"""
+    """environment id with continuous actions: a gymnax id, brax/<task>[:<backend>], playground/<task> (see
+    envs.list_envs()), or your own env as module:name (docs/envs.md)"""
     total_timesteps: int = 50_000
     """env steps (transitions) per agent, summed over its envs"""
     log_every: int = 1000

@@ -7,6 +7,11 @@ Every env speaks the gymnax 1.x API (see `envs.wrappers`).
 """
 
 import difflib
+import importlib
+import importlib.util
+import os
+import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -48,9 +53,11 @@ __all__ = [
     "list_envs",
     "make",
     "make_vec",
+    "import_reference",
     "normalize_observation",
     "num_states",
     "observation_stats",
+    "register",
     "state_index",
 ]
 
@@ -79,27 +86,128 @@ _OUR_ENVS = {
 }
 
 
-def list_envs() -> list[str]:
-    """Every id `make` accepts (Brax ids only when brax is installed)."""
-    from envs import brax as brax_envs  # our adapter; it imports brax itself only in its make
+# Envs registered by the user (`register`): id -> factory(**kwargs).
+_REGISTERED: dict[str, Callable] = {}
 
-    brax_ids = brax_envs.list_ids() if brax_envs.is_installed() else []
-    return sorted(gymnax.registered_envs) + sorted(_OUR_ENVS) + brax_ids
+# The optional suites, one adapter module each in envs/ (see envs/suite.py); each imports its suite only in its make.
+SUITES = ("brax", "craftax", "xminigrid", "playground")
+
+
+def _suites():
+    return [importlib.import_module(f"envs.{name}") for name in SUITES]
+
+
+def register(env_id: str, factory: Callable) -> None:
+    """Makes `env_id` an id every script's `--env` (and `make`) accepts, in this process: `factory(**kwargs)` returns
+    a gymnax 1.x env, or `(env, env_params)`; a gymnax `Environment` subclass serves as its own factory. Register in
+    the module your command line names (`--env mypkg.envs:MyEnv-v0` imports mypkg.envs, then finds the id)."""
+    if not isinstance(env_id, str) or not env_id or env_id in gymnax.registered_envs or env_id in _OUR_ENVS \
+            or import_reference(env_id) is not None or any(suite.owns(env_id) for suite in _suites()):
+        raise ValueError(f"cannot register {env_id!r}: it is empty, or gymnax, scanrl or a suite has that id, or it "
+                         "has the module:name form; choose another id")
+    if not callable(factory):
+        raise ValueError(f"register({env_id!r}, ...): the factory must be callable (an env class or a function)")
+    _REGISTERED[env_id] = factory
+
+
+def list_envs() -> list[str]:
+    """Every id `make` accepts: gymnax's, ours, the registered ones, and each installed suite's."""
+    suite_ids = [i for suite in _suites() if suite.is_installed() for i in suite.list_ids()]
+    return sorted(gymnax.registered_envs) + sorted(_OUR_ENVS) + sorted(_REGISTERED) + suite_ids
 
 
 def make(env_id: str, **kwargs):
-    """Returns `(env, env_params)` for a gymnax id or one of ours; ValueError naming close ids if unknown."""
+    """Returns `(env, env_params)` for a gymnax id, one of ours, a registered one, a suite's, or `module:name` (your
+    own env, imported: see `import_reference`); ValueError with one line (close ids, an install hint) otherwise."""
     if env_id in _OUR_ENVS:
         return _OUR_ENVS[env_id](**kwargs)
-    if env_id.startswith("brax/"):
-        from envs import brax as brax_envs  # lazy: gymnax users never import brax
-
-        return brax_envs.make(env_id, **kwargs)
+    if env_id in _REGISTERED:
+        return _checked(env_id, _REGISTERED[env_id], kwargs)
+    for suite in _suites():
+        if suite.owns(env_id):
+            return suite.make(env_id, **kwargs)
     if env_id in gymnax.registered_envs:
         return gymnax.make(env_id, **kwargs)
+    reference = import_reference(env_id)
+    if reference is not None:
+        return _imported(env_id, *reference, kwargs)
     close = difflib.get_close_matches(env_id, list_envs(), n=3, cutoff=0.4)
-    hint = f"did you mean {', '.join(close)}?" if close else "see envs.list_envs()"
+    hint = f"did you mean {', '.join(close)}?" if close else "see envs.list_envs(), or name your own env as module:name"
     raise ValueError(f"unknown env {env_id!r}: {hint}")
+
+
+def import_reference(env_id: str) -> tuple[str, str] | None:
+    """`(module, name)` if `env_id` names code to import, `module:name`: a dotted module (`mypkg.envs:MyEnv`,
+    found on sys.path or in the working directory) or a Python file (`my_env.py:MyEnv`); None for any other id.
+    `name` is an attribute of the module (an env class, an env, or a factory) or an id it registers."""
+    module, sep, name = env_id.partition(":")
+    if not sep or not name:
+        return None
+    if module.endswith(".py") or re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", module):
+        return module, name
+    return None
+
+
+def _imported(env_id, module_name, name, kwargs):
+    """The env `module_name:name` names: imports the module (a file, or a module on sys.path or in the working
+    directory), then takes its attribute `name`, or the id `name` it registered."""
+    try:
+        if module_name.endswith(".py"):
+            path = os.path.abspath(module_name)
+            if not os.path.isfile(path):
+                raise ValueError(f"{env_id!r}: no file {path}")
+            spec = importlib.util.spec_from_file_location(f"scanrl_user_env_{abs(hash(path))}", path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
+        else:
+            if os.getcwd() not in sys.path:  # as `python -m` does: the working directory's modules can be named
+                sys.path.append(os.getcwd())
+            module = importlib.import_module(module_name)
+    except ValueError:
+        raise
+    except Exception as error:  # the user's code: any error is theirs to see, in one line
+        raise ValueError(f"importing {module_name} for {env_id!r} failed: {type(error).__name__}: {error}") \
+            from None
+    if name in _REGISTERED:
+        return _checked(env_id, _REGISTERED[name], kwargs)
+    if not hasattr(module, name):
+        raise ValueError(f"{env_id!r}: {module_name} has no attribute {name!r} and registers no env of that id")
+    return _checked(env_id, getattr(module, name), kwargs)
+
+
+def _checked(env_id, made, kwargs):
+    """`(env, env_params)` from a user's env, class or factory, checked against the gymnax 1.x API the scripts use
+    (reset, a six-value step with info["final_observation"], the spaces, a time limit): ValueError naming what is
+    missing, instead of a traceback from inside a compiled program."""
+    if isinstance(made, gymnax.environments.environment.Environment):
+        made = (made, made.default_params)
+    elif callable(made):
+        try:
+            made = made(**kwargs)
+        except Exception as error:
+            raise ValueError(f"{env_id!r}: making the env failed: {type(error).__name__}: {error}") from None
+    env, env_params = made if isinstance(made, tuple) else (made, getattr(made, "default_params", None))
+    missing = [a for a in ("reset", "step", "action_space", "observation_space") if not hasattr(env, a)]
+    if missing or env_params is None:
+        raise ValueError(f"{env_id!r}: not a gymnax env (no {', '.join(missing) or 'default_params'}); give a "
+                         "gymnax.environments.environment.Environment subclass, an instance, or a factory of one")
+    if not isinstance(getattr(env_params, "max_steps_in_episode", None), int | np.integer):
+        raise ValueError(f"{env_id!r}: its params have no integer max_steps_in_episode (the time limit every "
+                         "episode needs, for evaluation); subclass gymnax's EnvParams")
+    try:
+        key = jax.random.PRNGKey(0)
+        obs, state = jax.eval_shape(env.reset, key, env_params)
+        action = jax.eval_shape(lambda k: env.action_space(env_params).sample(k), key)
+        out = jax.eval_shape(env.step, key, state, action, env_params)
+    except Exception as error:
+        raise ValueError(f"{env_id!r}: reset or step failed: {type(error).__name__}: {error}") from None
+    if not (isinstance(out, tuple) and len(out) == 6 and isinstance(out[5], dict)
+            and "final_observation" in out[5]):
+        raise ValueError(f"{env_id!r}: step must return gymnax 1.x's (obs, state, reward, terminated, "
+                         "truncated, info) with info['final_observation']; subclass gymnax's Environment and write "
+                         "step_env (gymnax 0.0.x's five values are not enough)")
+    return env, env_params
 
 
 def is_discrete(env, env_params) -> bool:

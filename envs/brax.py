@@ -32,7 +32,12 @@ TASKS = (
 )
 BACKENDS = ("spring", "positional", "generalized", "mjx")
 DEFAULT_BACKEND = "spring"
+SUITE = "Brax"
 INSTALL_HINT = "pip install -r requirements-brax.txt"
+
+
+def owns(env_id: str) -> bool:
+    return env_id.startswith("brax/")
 
 
 def is_installed() -> bool:
@@ -112,18 +117,25 @@ def make(env_id: str, backend: str | None = None, max_steps_in_episode: int = 10
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):  # mujoco.mjx prints that its optional GPU backend (warp) is missing
         import brax.envs
-        import mujoco
     for line in printed.getvalue().splitlines():
         if not line.startswith(("Failed to import warp", "Failed to import mujoco_warp")):
             print(line)
 
-    if mujoco.get_mju_user_warning() is None:  # else MuJoCo appends its warnings to ./MUJOCO_LOG.TXT
-        mujoco.set_mju_user_warning(_mujoco_warning)
+    quiet_mujoco()
     with warnings.catch_warnings():
         # "Brax ... not actively being maintained", and MuJoCo's deprecation warnings about Brax's model files
         warnings.simplefilter("ignore", UserWarning)
         brax_env = brax.envs.get_environment(task, backend=backend, **kwargs)
     return BraxEnv(brax_env, f"brax/{task}:{backend}"), EnvParams(max_steps_in_episode=max_steps_in_episode)
+
+
+def quiet_mujoco():
+    """MuJoCo's C library warnings through Python's warnings, instead of appended to ./MUJOCO_LOG.TXT (a run
+    writes nothing outside its run directory)."""
+    import mujoco
+
+    if mujoco.get_mju_user_warning() is None:
+        mujoco.set_mju_user_warning(_mujoco_warning)
 
 
 class MujocoWarning(UserWarning):

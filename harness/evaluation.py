@@ -51,7 +51,7 @@ def evaluate_run(algorithm, config):
     import envs
 
     check_paths(config)
-    saved = read_run_config(algorithm, config.eval, "--eval")
+    saved = read_run_config(algorithm, config.eval, "--eval", config.env)
     episodes = saved["eval_episodes"] if config.eval_episodes == algorithm.config().eval_episodes else \
         config.eval_episodes
     if not episodes > 0:

@@ -24,7 +24,8 @@ class ConfigError(Exception):
 class Flags:
     # experiment
     env: str = "CartPole-v1"
-    """environment id: any gymnax id, or one of ours (see envs.list_envs())"""
+    """environment id: a gymnax id, one of ours or an installed suite's (see envs.list_envs()), or your own env as
+    module:name (docs/envs.md)"""
     seed: int = 0
     """seed of agent 0; agent i uses seed + i, so any agent can be re-run alone with --seed"""
     num_seeds: int = 1
@@ -222,9 +223,12 @@ def check_flags(config):
         raise ConfigError(f"--env: {error}") from None
 
 
-def read_run_config(algorithm, run_dir, which) -> dict:
+def read_run_config(algorithm, run_dir, which, command_env=None) -> dict:
     """The config.json of one of this script's run directories, as Config fields; ConfigError otherwise. `which`:
-    the flag that named the directory."""
+    the flag that named the directory; `command_env`: the --env of this command line.
+
+    A run on the user's own env (`--env module:name`) is resumed or evaluated only when this command line names that
+    env too: a run directory's config.json never makes scanrl import code."""
     path = os.path.join(run_dir, "config.json")
     if not os.path.isdir(run_dir):
         raise ConfigError(f"{which}: no run directory {run_dir}")
@@ -253,6 +257,13 @@ def read_run_config(algorithm, run_dir, which) -> dict:
         if not of_type(value, hints.get(key)):
             raise ConfigError(f"{which}: {path} holds {key} = {json.dumps(value)}, not a value {flag(key)} takes "
                               f"({shown_type(hints[key])}); it was edited or damaged: put back the run's value")
+    import envs  # here, not at the top: importing gymnax makes a JAX backend
+
+    env_id = saved.get("env")
+    reference = envs.import_reference(env_id) if isinstance(env_id, str) else None
+    if reference is not None and command_env != env_id:
+        raise ConfigError(f"{which}: {run_dir} trained on {env_id}, which imports {reference[0]}; scanrl imports "
+                          f"code only when your own command line names it: add --env {env_id}")
     return {k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()}
 
 
@@ -321,7 +332,7 @@ def resumed_config(algorithm, config, named=(), trained=None):
     config. A config.json that disagrees with it on a field that changes results (edited, damaged, a field missing)
     is refused with one line naming the field, unless the command line names that field with the checkpoint's
     value. Without a checkpoint, config.json must hold every such field (or the command line name it)."""
-    saved = read_run_config(algorithm, config.resume, "--resume")
+    saved = read_run_config(algorithm, config.resume, "--resume", config.env)
     path = os.path.join(config.resume, "config.json")
     logging = [k for k in LOGGING_FLAGS if k not in algorithm.result_flags]
     results = [f.name for f in dataclasses.fields(algorithm.config) if f.name not in logging]

@@ -1,0 +1,84 @@
+"""What every optional suite's adapter shares (envs/brax.py, craftax.py, xminigrid.py, playground.py): a suite's env
+behind the gymnax 1.x `Environment` API, and the module interface `envs.make` dispatches on.
+
+A suite's adapter subclasses `SuiteEnv` and gives two functions of the suite's own state:
+
+    _reset(key) -> (obs, inner)
+    _step(key, inner, action) -> (obs, inner, reward, terminated)
+
+`terminated` is the task's own end only (a death, a goal reached); the time limit is gymnax's: `step` truncates at
+`max_steps_in_episode`, auto-resets after either end, and puts the true last observation in
+`info["final_observation"]`. The suite's own auto-reset and time limit are never used, since they lose one or the
+other.
+
+An adapter module defines `SUITE` (its name), `INSTALL_HINT`, `owns(env_id)` (the ids it answers, installed or
+not), `is_installed()`, `list_ids()` and `make(env_id, **kwargs)`, and imports its suite only inside `make`.
+"""
+
+import importlib.util
+from typing import Any
+
+import jax.numpy as jnp
+from flax import struct
+from gymnax.environments import environment
+
+
+@struct.dataclass
+class SuiteState(environment.EnvState):
+    inner: Any  # the suite's own state
+
+
+@struct.dataclass
+class SuiteParams(environment.EnvParams):
+    max_steps_in_episode: int = 1000
+
+
+class SuiteEnv(environment.Environment):
+    """A suite's env in gymnax's API; see the module docstring. `obs_space` and `act_space` are gymnax spaces."""
+
+    def __init__(self, name: str, max_steps_in_episode: int, obs_space, act_space):
+        self._name = name
+        self._params = SuiteParams(max_steps_in_episode=int(max_steps_in_episode))
+        self._obs_space, self._act_space = obs_space, act_space
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def default_params(self) -> SuiteParams:
+        return self._params
+
+    def observation_space(self, params):
+        return self._obs_space
+
+    def action_space(self, params):
+        return self._act_space
+
+    @property
+    def num_actions(self) -> int:
+        space = self._act_space
+        return int(space.n) if hasattr(space, "n") else int(space.shape[0])
+
+    def reset_env(self, key, params):
+        obs, inner = self._reset(key)
+        return obs, SuiteState(time=jnp.int32(0), inner=inner)
+
+    def step_env(self, key, state, action, params):
+        obs, inner, reward, terminated = self._step(key, state.inner, action)
+        state = SuiteState(time=state.time + 1, inner=inner)
+        return obs, state, jnp.asarray(reward, jnp.float32), jnp.asarray(terminated, bool), {}
+
+    def _reset(self, key):
+        raise NotImplementedError
+
+    def _step(self, key, inner, action):
+        raise NotImplementedError
+
+
+def installed(package: str) -> bool:
+    return importlib.util.find_spec(package) is not None
+
+
+def not_installed(env_id: str, suite: str, hint: str) -> ValueError:
+    return ValueError(f"{env_id!r} needs {suite}, which is not installed: {hint}")
