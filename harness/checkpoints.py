@@ -57,6 +57,7 @@ class Checkpoints:
         """Starts writing checkpoint `done` in the background; a failed write (this one's or the one before's)
         raises OSError naming the checkpoint and the cause. Its record holds a checksum of every array, so damage
         that still reads (flipped bytes) is found on restore."""
+        runner = without_empty(runner)
         meta = {"algo": name, "env": config.env, "iterations": done, "config": dataclasses.asdict(config),
                 "checksums": {"runner": checksums(runner), "history": checksums(history)}}
         try:
@@ -94,7 +95,7 @@ class Checkpoints:
                 if meta["algo"] != name or meta["env"] != config.env:
                     raise ConfigError(f"{which}: checkpoint {where} is of {meta['algo']} on {meta['env']}, but the run "
                                       f"is {name} on {config.env}; it does not belong to this run directory")
-                items = {"runner": ocp.args.StandardRestore(abstract_runner)}
+                items = {"runner": ocp.args.StandardRestore(without_empty(abstract_runner))}
                 if with_history:
                     items["history"] = ocp.args.StandardRestore()
                 restored = self.manager.restore(step, args=ocp.args.Composite(**items))
@@ -115,7 +116,7 @@ class Checkpoints:
             if errors and which == "--resume":
                 self._move_aside([s for s in self.manager.all_steps() if s > step])
             history = jax.tree.map(np.asarray, dict(restored.history)) if with_history else None
-            return restored.runner, history, step
+            return with_empty(abstract_runner, restored.runner), history, step
         if errors:
             raise ConfigError(f"{which}: {errors[0]}, and no older checkpoint can be read either")
         return None
@@ -132,6 +133,17 @@ class Checkpoints:
                 target = os.path.join(aside, f"{step}.{n}")
             os.replace(os.path.join(self.run_dir, "checkpoints", str(step)), target)
         self.manager.reload()
+
+
+def without_empty(tree):
+    """`tree` with its zero-size arrays (a MuJoCo model's unused fields) as None: orbax cannot write them."""
+    return jax.tree.map(lambda x: None if x.size == 0 else x, tree)
+
+
+def with_empty(abstract, restored):
+    """The restored tree with `abstract`'s zero-size arrays put back where `without_empty` left None."""
+    return jax.tree.map(lambda a, x: jax.device_put(np.zeros(a.shape, a.dtype), a.sharding) if x is None else x,
+                        abstract, restored, is_leaf=lambda x: x is None)
 
 
 def checksums(tree) -> list[int] | None:

@@ -179,6 +179,12 @@ def make_segment(run, one_agent, length, structure):
     return segment
 
 
+def on_agents(runner, sharding):
+    """The runner with every leaf split over the agents' devices as the compiled programs take it: a program hands
+    back an empty leaf (a MuJoCo model's zero-size arrays) replicated, not split, and would refuse it next time."""
+    return jax.tree.map(lambda x: x if x.sharding == sharding else jax.device_put(x, sharding), runner)
+
+
 def run_chunk(compiled, job, runner, start, end, progress, stop=None):
     """Iterations [start, end) as pieces of the compiled segment program, each ending where a progress line is
     due (or at `end`); while one piece runs, the host prints the last one's lines. A stop request (`stop`, given
@@ -187,7 +193,8 @@ def run_chunk(compiled, job, runner, start, end, progress, stop=None):
     pieces = []
     while start < end and not (stop is not None and stop.signal and pieces):
         count = min(end, (start // job.period + 1) * job.period, start + job.length) - start
-        runner, rows = compiled(job.agent_ids, runner, np.int32(start), np.int32(count), job.swept)  # not awaited
+        runner, rows = compiled(job.agent_ids, on_agents(runner, job.sharding), np.int32(start), np.int32(count),
+                                job.swept)  # not awaited
         if progress is not None and pieces:
             progress.show(*pieces[-1])
         pieces.append((start, count, rows))
@@ -445,7 +452,8 @@ def summarize(job, evaluate, runner, history, run_dir, extra, start_steps):
     if job.lead:
         print(f"trained in {extra['train_s']:.1f} s; evaluating {plural(len(keys), 'agent')} on "
               f"{plural(config.eval_episodes, 'episode')} each, then writing the summaries and plots", flush=True)
-    eval_returns, stats = gather(evaluate(to_agents(evaluation_keys(keys), job.sharding), runner, job.swept),
+    eval_returns, stats = gather(evaluate(to_agents(evaluation_keys(keys), job.sharding),
+                                          on_agents(runner, job.sharding), job.swept),
                                  "the final evaluation")
     if not job.lead:
         return
