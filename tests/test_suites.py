@@ -221,14 +221,16 @@ def test_list_envs_names_every_installed_suite():
 # ----------------------------------------------------------------------------------------------------------
 # A short run of each script that accepts the suite's action space (slow: each compiles its suite's step).
 
-SHORT = ("--total-timesteps", "256", "--num-envs", "4", "--eval-episodes", "2", "--log-every", "1")
+SHORT = ("--total-timesteps", "256", "--num-envs", "4", "--eval-episodes", "2")
 SCRIPT_FLAGS = {
-    "ppo.py": ("--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1"),
-    "ppo_rnn.py": ("--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1"),
-    "pqn.py": ("--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1"),
-    "dqn_tabular_q.py": ("--agent", "dqn", "--learning-starts", "64", "--batch-size", "8", "--buffer-size", "256"),
-    "reinforce.py": (),
-    "td3.py": ("--learning-starts", "64", "--batch-size", "8", "--buffer-size", "256"),
+    "ppo.py": ("--log-every", "1", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1"),
+    "ppo_rnn.py": ("--log-every", "1", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1"),
+    "pqn.py": ("--log-every", "1", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1"),
+    "dqn_tabular_q.py": ("--log-every", "1", "--agent", "dqn", "--num-steps", "16", "--train-frequency", "4",
+                         "--target-network-frequency", "64", "--learning-starts", "64", "--batch-size", "8",
+                         "--buffer-size", "256"),
+    "reinforce.py": ("--log-every", "1"),
+    "td3.py": ("--learning-starts", "64", "--batch-size", "8", "--buffer-size", "256", "--log-every", "64"),
 }
 DISCRETE = ("ppo.py", "ppo_rnn.py", "pqn.py", "dqn_tabular_q.py", "reinforce.py")
 CONTINUOUS = ("ppo.py", "ppo_rnn.py", "reinforce.py", "td3.py")
