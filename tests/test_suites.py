@@ -221,43 +221,8 @@ def test_list_envs_names_every_installed_suite():
 # ----------------------------------------------------------------------------------------------------------
 # Your own env
 
-CORRIDOR = '''
-import jax
-import jax.numpy as jnp
-from flax import struct
-from gymnax.environments import environment, spaces
-
-
-@struct.dataclass
-class State(environment.EnvState):
-    pos: jax.Array
-
-
-@struct.dataclass
-class Params(environment.EnvParams):
-    max_steps_in_episode: int = 50
-
-
-class Corridor(environment.Environment):
-    @property
-    def default_params(self):
-        return Params()
-
-    def reset_env(self, key, params):
-        state = State(time=0, pos=jnp.int32(0))
-        return jax.nn.one_hot(state.pos, 10), state
-
-    def step_env(self, key, state, action, params):
-        pos = jnp.clip(state.pos + 2 * action - 1, 0, 9)
-        done = pos == 9
-        return jax.nn.one_hot(pos, 10), State(time=state.time + 1, pos=pos), jnp.where(done, 1.0, -0.01), done, {}
-
-    def action_space(self, params):
-        return spaces.Discrete(2)
-
-    def observation_space(self, params):
-        return spaces.Box(0.0, 1.0, (10,), jnp.float32)
-
+# The docs' example env (docs/examples/corridor.py), as a user's module, plus a broken env and a registered id.
+CORRIDOR = (ROOT / "docs" / "examples" / "corridor.py").read_text() + '''
 
 class OldStyle(Corridor):  # gymnax 0.0.x: step returns five values
     def step(self, key, state, action, params):
