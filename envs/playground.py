@@ -2,9 +2,9 @@
 `envs.make("playground/CartpoleBalance")`.
 
 Playground is optional (`pip install -r requirements-playground.txt`). Its DeepMind Control Suite tasks ship their
-models and work offline; continuous actions in [-1, 1], for ppo.py, td3.py and reinforce.py. Its locomotion and
-manipulation tasks load robots from mujoco_menagerie, which Playground clones from GitHub on first use: without that
-clone they are refused with one line (run once with network access, or clone it there yourself).
+models and work offline; continuous actions in [-1, 1], for ppo.py, ppo_rnn.py, td3.py and reinforce.py. Its
+locomotion and manipulation tasks load robots from mujoco_menagerie, which Playground clones from GitHub on first
+use: without that clone they are refused with one line (run once with network access, or clone it there yourself).
 
 Physics runs on MJX's JAX implementation (`impl="jax"`, which runs on a CPU); Playground's default, Warp, needs an
 NVIDIA GPU. The Control Suite tasks never end on their own (Playground ends an episode only if the simulation
