@@ -13,18 +13,16 @@ the id (`--env brax/halfcheetah:generalized`, so any script's `--env` can pick i
 is the fastest on a CPU; generalized and mjx model contacts more faithfully and are the choice on a GPU.
 """
 
-import contextlib
 import difflib
-import importlib.util
-import io
+import importlib
 import warnings
 from functools import cached_property
-from typing import Any
 
 import jax
 import jax.numpy as jnp
-from flax import struct
-from gymnax.environments import environment, spaces
+from gymnax.environments import spaces
+
+from envs.suite import SuiteEnv, SuiteParams, import_mujoco_suite, installed, not_installed
 
 TASKS = (
     "ant", "halfcheetah", "hopper", "humanoid", "humanoidstandup", "inverted_double_pendulum",
@@ -41,47 +39,31 @@ def owns(env_id: str) -> bool:
 
 
 def is_installed() -> bool:
-    return importlib.util.find_spec("brax") is not None
+    return installed("brax")
 
 
 def list_ids() -> list[str]:
     return [f"brax/{task}" for task in TASKS]
 
 
-@struct.dataclass
-class EnvParams(environment.EnvParams):
-    max_steps_in_episode: int = 1000
+EnvParams = SuiteParams  # the time limit, 1,000 steps by default
 
 
-@struct.dataclass
-class EnvState(environment.EnvState):
-    brax_state: Any  # brax.envs.State: physics state, last obs, reward, done, metrics
+class BraxEnv(SuiteEnv):
+    """One Brax task as a gymnax `Environment` (envs/suite.py): gymnax's `step` adds the auto-reset and time limit."""
 
-
-class BraxEnv(environment.Environment):
-    """One Brax task as a gymnax `Environment`; gymnax's `step` adds the auto-reset and time limit."""
-
-    def __init__(self, brax_env, name: str):
+    def __init__(self, brax_env, name: str, max_steps_in_episode: int = 1000):
         self.brax_env = brax_env
-        self._name = name
+        super().__init__(name, max_steps_in_episode)
 
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def default_params(self) -> EnvParams:
-        return EnvParams()
-
-    def reset_env(self, key, params):
+    def _reset(self, key):
         brax_state = self.brax_env.reset(key)
-        return brax_state.obs, EnvState(time=jnp.int32(0), brax_state=brax_state)
+        return brax_state.obs, brax_state
 
-    def step_env(self, key, state, action, params):
+    def _step(self, key, brax_state, action):
         # Brax physics is deterministic: the key is not needed.
-        brax_state = self.brax_env.step(state.brax_state, action)
-        state = EnvState(time=state.time + 1, brax_state=brax_state)
-        return brax_state.obs, state, brax_state.reward, brax_state.done > 0.5, {}
+        brax_state = self.brax_env.step(brax_state, action)
+        return brax_state.obs, brax_state, brax_state.reward, brax_state.done > 0.5
 
     @cached_property
     def _obs_shape(self):
@@ -94,10 +76,6 @@ class BraxEnv(environment.Environment):
     def action_space(self, params):
         ctrl_range = self.brax_env.sys.actuator.ctrl_range
         return spaces.Box(ctrl_range[:, 0], ctrl_range[:, 1], (self.brax_env.action_size,), jnp.float32)
-
-    @property
-    def num_actions(self) -> int:
-        return self.brax_env.action_size
 
 
 def make(env_id: str, backend: str | None = None, max_steps_in_episode: int = 1000, **kwargs):
@@ -113,34 +91,11 @@ def make(env_id: str, backend: str | None = None, max_steps_in_episode: int = 10
     if backend not in BACKENDS:
         raise ValueError(f"unknown Brax backend {backend!r} in {env_id!r}; use one of {', '.join(BACKENDS)}")
     if not is_installed():
-        raise ValueError(f"{env_id!r} needs Brax, which is not installed: {INSTALL_HINT}")
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):  # mujoco.mjx prints that its optional GPU backend (warp) is missing
-        import brax.envs
-    for line in printed.getvalue().splitlines():
-        if not line.startswith(("Failed to import warp", "Failed to import mujoco_warp")):
-            print(line)
-
-    quiet_mujoco()
+        raise not_installed(env_id, SUITE, INSTALL_HINT)
+    brax_envs = import_mujoco_suite(lambda: importlib.import_module("brax.envs"))
     with warnings.catch_warnings():
         # "Brax ... not actively being maintained", and MuJoCo's deprecation warnings about Brax's model files
         warnings.simplefilter("ignore", UserWarning)
-        brax_env = brax.envs.get_environment(task, backend=backend, **kwargs)
-    return BraxEnv(brax_env, f"brax/{task}:{backend}"), EnvParams(max_steps_in_episode=max_steps_in_episode)
-
-
-def quiet_mujoco():
-    """MuJoCo's C library warnings through Python's warnings, instead of appended to ./MUJOCO_LOG.TXT (a run
-    writes nothing outside its run directory)."""
-    import mujoco
-
-    if mujoco.get_mju_user_warning() is None:
-        mujoco.set_mju_user_warning(_mujoco_warning)
-
-
-class MujocoWarning(UserWarning):
-    """A warning of MuJoCo's C library (a model or simulation problem), shown through Python's warnings."""
-
-
-def _mujoco_warning(message):
-    warnings.warn(f"MuJoCo: {message}", MujocoWarning, stacklevel=2)
+        brax_env = brax_envs.get_environment(task, backend=backend, **kwargs)
+    env = BraxEnv(brax_env, f"brax/{task}:{backend}", max_steps_in_episode)
+    return env, env.default_params

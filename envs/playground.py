@@ -12,16 +12,15 @@ turns NaN, which is `terminated` here); their 1,000-step limit (`episode_length 
 `truncated`. Keyword arguments override the task's config (`action_repeat=4`, `impl="warp"`).
 """
 
-import contextlib
 import difflib
-import io
+import importlib
 import warnings
 
 import jax
 import jax.numpy as jnp
 from gymnax.environments import spaces
 
-from envs.suite import SuiteEnv, installed, not_installed
+from envs.suite import SuiteEnv, import_mujoco_suite, installed, not_installed
 
 SUITE = "MuJoCo Playground"
 INSTALL_HINT = "pip install -r requirements-playground.txt"
@@ -37,20 +36,10 @@ def is_installed() -> bool:
 
 
 def _registry():
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # MuJoCo's and Brax's deprecation warnings while Playground imports them
-        from mujoco_playground import registry
-    for line in printed.getvalue().splitlines():  # mujoco.mjx: its optional GPU backend (Warp) is missing
-        if not line.startswith(("Failed to import warp", "Failed to import mujoco_warp")):
-            print(line)
-    return registry
+    return import_mujoco_suite(lambda: importlib.import_module("mujoco_playground").registry)
 
 
 def list_ids() -> list[str]:
-    from envs.brax import quiet_mujoco
-
-    quiet_mujoco()
     registry = _registry()
     return [PREFIX + name for name in registry.ALL_ENVS]
 
@@ -88,9 +77,6 @@ def make(env_id: str, **kwargs):
     name = env_id.removeprefix(PREFIX)
     if not is_installed():
         raise not_installed(env_id, SUITE, INSTALL_HINT)
-    from envs.brax import quiet_mujoco
-
-    quiet_mujoco()
     registry = _registry()
     if name not in registry.ALL_ENVS:
         close = difflib.get_close_matches(name, registry.ALL_ENVS, n=3, cutoff=0.4)

@@ -15,7 +15,10 @@ An adapter module defines `SUITE` (its name), `INSTALL_HINT`, `owns(env_id)` (th
 not), `is_installed()`, `list_ids()` and `make(env_id, **kwargs)`, and imports its suite only inside `make`.
 """
 
+import contextlib
 import importlib.util
+import io
+import warnings
 from typing import Any
 
 import jax.numpy as jnp
@@ -34,9 +37,10 @@ class SuiteParams(environment.EnvParams):
 
 
 class SuiteEnv(environment.Environment):
-    """A suite's env in gymnax's API; see the module docstring. `obs_space` and `act_space` are gymnax spaces."""
+    """A suite's env in gymnax's API; see the module docstring. `obs_space` and `act_space` are gymnax spaces (or a
+    subclass overrides `observation_space` and `action_space`)."""
 
-    def __init__(self, name: str, max_steps_in_episode: int, obs_space, act_space):
+    def __init__(self, name: str, max_steps_in_episode: int, obs_space=None, act_space=None):
         self._name = name
         self._params = SuiteParams(max_steps_in_episode=int(max_steps_in_episode))
         self._obs_space, self._act_space = obs_space, act_space
@@ -57,7 +61,7 @@ class SuiteEnv(environment.Environment):
 
     @property
     def num_actions(self) -> int:
-        space = self._act_space
+        space = self.action_space(self._params)
         return int(space.n) if hasattr(space, "n") else int(space.shape[0])
 
     def reset_env(self, key, params):
@@ -82,3 +86,30 @@ def installed(package: str) -> bool:
 
 def not_installed(env_id: str, suite: str, hint: str) -> ValueError:
     return ValueError(f"{env_id!r} needs {suite}, which is not installed: {hint}")
+
+
+def import_mujoco_suite(import_fn):
+    """`import_fn()`, which imports a MuJoCo suite (Brax, Playground), quietly: MJX's note that its optional GPU
+    backend (Warp) is missing is dropped from stdout (anything else printed is kept), import-time warnings are off,
+    and MuJoCo's C library warnings then go through Python's warnings instead of ./MUJOCO_LOG.TXT (a run writes
+    nothing outside its run directory). -> what `import_fn` returns."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = import_fn()
+    for line in printed.getvalue().splitlines():
+        if not line.startswith(("Failed to import warp", "Failed to import mujoco_warp")):
+            print(line)
+    import mujoco
+
+    if mujoco.get_mju_user_warning() is None:
+        mujoco.set_mju_user_warning(_mujoco_warning)
+    return result
+
+
+class MujocoWarning(UserWarning):
+    """A warning of MuJoCo's C library (a model or simulation problem), shown through Python's warnings."""
+
+
+def _mujoco_warning(message):
+    warnings.warn(f"MuJoCo: {message}", MujocoWarning, stacklevel=2)
