@@ -465,14 +465,16 @@ def run_entries(entries, out_dir) -> list[str]:
     return failed
 
 
+# The optional suites by id prefix: (package, requirements file). envs/<suite>.py knows the same, but importing envs
+# imports gymnax, which starts JAX in this process: the runs need the accelerator to themselves.
+SUITE_PACKAGES = {"brax/": ("brax", "brax"), "playground/": ("mujoco_playground", "playground"),
+                  "Craftax-": ("craftax", "craftax"), "MiniGrid-": ("xminigrid", "xminigrid")}
+
+
 def envs_missing(env_id) -> str | None:
     """Why an entry's env cannot be made here (an optional suite not installed), or None."""
-    sys.path.insert(0, ROOT)
-    from envs.suite import installed
-
-    for prefix, package, suite in (("brax/", "brax", "brax"), ("playground/", "mujoco_playground", "playground"),
-                                   ("Craftax-", "craftax", "craftax"), ("MiniGrid-", "xminigrid", "xminigrid")):
-        if env_id.startswith(prefix) and not installed(package):
+    for prefix, (package, suite) in SUITE_PACKAGES.items():
+        if env_id.startswith(prefix) and importlib.util.find_spec(package) is None:
             return f"it needs {package}: pip install -r requirements-{suite}.txt"
     return None
 

@@ -268,3 +268,16 @@ def test_bad_arguments_exit_2_with_one_line_before_anything_runs(flags, message,
     assert learning.main(learning.Args(**flags)) == 2
     captured = capsys.readouterr()
     assert captured.err.strip().splitlines() == [message.format(tmp=tmp_path)] and not captured.out
+
+
+def test_the_runner_knows_the_optional_suites_as_envs_does():
+    """learning.py's own table of suites (it must not import envs, which starts JAX) matches envs' adapters."""
+    import envs
+
+    modules = {name: importlib.import_module(f"envs.{name}") for name in envs.SUITES}
+    covered = set()
+    for prefix, (_, suite) in learning.SUITE_PACKAGES.items():
+        (owner,) = [name for name, module in modules.items() if module.owns(prefix + "x")]
+        assert modules[owner].INSTALL_HINT == f"pip install -r requirements-{suite}.txt"
+        covered.add(owner)
+    assert covered == set(envs.SUITES)
