@@ -65,11 +65,13 @@ class PlaygroundEnv(SuiteEnv):
 
     def _step(self, key, state, action):
         # Playground's physics is deterministic: the key is not needed. Repeats add their rewards, as Brax's
-        # training wrapper does, and stop counting once the simulation has failed.
-        reward = jnp.float32(0.0)
-        for _ in range(self.action_repeat):
+        # training wrapper does (a scan: one traced physics step however many repeats).
+        def repeat(carry, _):
+            state, reward = carry
             state = self.inner.step(state, action)
-            reward = reward + state.reward
+            return (state, reward + state.reward), None
+
+        (state, reward), _ = jax.lax.scan(repeat, (state, jnp.float32(0.0)), None, length=self.action_repeat)
         return self._obs(state), state, reward, state.done > 0.5
 
 
