@@ -35,6 +35,10 @@ def list_ids() -> list[str]:
 class CraftaxEnv(SuiteEnv):
     """One symbolic Craftax env; `craftax_params` are Craftax's own EnvParams."""
 
+    # Building a world costs several steps, so a VecEnv builds one per 16 envs a step (Craftax's baselines' default
+    # OPTIMISTIC_RESET_RATIO) instead of one per env, for the envs that ended (envs.VecEnv).
+    reset_ratio = 16
+
     def __init__(self, env_id, inner, craftax_params):
         self.inner, self.craftax_params = inner, craftax_params
         space = inner.observation_space(craftax_params)

@@ -11,6 +11,10 @@ A suite's adapter subclasses `SuiteEnv` and gives two functions of the suite's o
 `info["final_observation"]`. The suite's own auto-reset and time limit are never used, since they lose one or the
 other.
 
+An adapter whose reset costs much more than a step (Craftax builds a whole world) sets `reset_ratio` above 1:
+`envs.VecEnv` then steps its envs with `auto_reset` off and builds only `num_envs // reset_ratio` new episodes a
+step, shared out to the envs that ended (Craftax's baselines call these optimistic resets).
+
 An adapter module defines `SUITE` (its name), `INSTALL_HINT`, `owns(env_id)` (the ids it answers, installed or
 not), `is_installed()`, `list_ids()` and `make(env_id, **kwargs)`, and imports its suite only inside `make`.
 """
@@ -21,6 +25,7 @@ import io
 import warnings
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 from flax import struct
 from gymnax.environments import environment
@@ -34,11 +39,14 @@ class SuiteState(environment.EnvState):
 @struct.dataclass
 class SuiteParams(environment.EnvParams):
     max_steps_in_episode: int = 1000
+    auto_reset: bool = struct.field(pytree_node=False, default=True)  # off: `step` leaves the reset to VecEnv
 
 
 class SuiteEnv(environment.Environment):
     """A suite's env in gymnax's API; see the module docstring. `obs_space` and `act_space` are gymnax spaces (or a
     subclass overrides `observation_space` and `action_space`)."""
+
+    reset_ratio: int = 1  # envs per new episode built each step in a VecEnv (1: every env builds its own)
 
     def __init__(self, name: str, max_steps_in_episode: int, obs_space=None, act_space=None):
         self._name = name
@@ -63,6 +71,18 @@ class SuiteEnv(environment.Environment):
     def num_actions(self) -> int:
         space = self.action_space(self._params)
         return int(space.n) if hasattr(space, "n") else int(space.shape[0])
+
+    def step(self, key, state, action, params=None):
+        """gymnax's step; with `params.auto_reset` off, without the reset: the state and observation are those the
+        step reached, and `info` still says which end came (VecEnv then resets the envs that ended)."""
+        params = self.default_params if params is None else params
+        if params.auto_reset:
+            return super().step(key, state, action, params)
+        key_step, _ = jax.random.split(key)  # gymnax's split: the same step as with auto_reset on
+        obs, state, reward, terminated, info = self.step_env(key_step, state, action, params)
+        truncated = self.is_truncated(state, params)
+        info = {**info, "terminated": terminated, "truncated": truncated, "final_observation": obs}
+        return obs, state, reward, terminated, truncated, info
 
     def reset_env(self, key, params):
         obs, inner = self._reset(key)

@@ -138,11 +138,18 @@ class ClipAction(Wrapper):
 
 
 class VecEnv(Wrapper):
-    """Steps `num_envs` copies of a single env in lock step (one vmap)."""
+    """Steps `num_envs` copies of a single env in lock step (one vmap).
+
+    An env whose `reset_ratio` is above 1 (an adapter's, envs/suite.py: Craftax) gets optimistic resets: its envs
+    step without resetting, `num_envs // reset_ratio` new episodes (at least one) are built, and the envs that ended
+    take them in turn. Envs that end on the same step start different episodes unless more end than were built.
+    """
 
     def __init__(self, env, num_envs: int):
         super().__init__(env)
         self.num_envs = num_envs
+        ratio = getattr(env, "reset_ratio", 1)
+        self.num_resets = max(1, num_envs // ratio) if 1 < ratio and num_envs > 1 else num_envs
 
     def reset(self, key, params):
         keys = jax.random.split(key, self.num_envs)
@@ -152,7 +159,32 @@ class VecEnv(Wrapper):
         """`key` is one key, split here into one per env, or `num_envs` keys stacked (shape `(num_envs, 2)`),
         split in bulk beforehand: a script can split a whole rollout's keys before its scan."""
         keys = key if key.ndim == 2 else jax.random.split(key, self.num_envs)
-        return jax.vmap(self._env.step, in_axes=(0, 0, 0, None))(keys, state, action, params)
+        if self.num_resets == self.num_envs:
+            return jax.vmap(self._env.step, in_axes=(0, 0, 0, None))(keys, state, action, params)
+        obs, state, reward, terminated, truncated, info = jax.vmap(self._env.step, in_axes=(0, 0, 0, None))(
+            keys, state, action, params.replace(auto_reset=False))
+        done = jnp.logical_or(terminated, truncated)
+        # the first envs' reset keys, which their own steps leave unused (SuiteEnv.step splits as gymnax does)
+        reset_keys = jax.vmap(lambda k: jax.random.split(k)[1])(keys[: self.num_resets])
+        new_obs, new_state = jax.vmap(self._env.reset, in_axes=(0, None))(reset_keys, params)
+        take = (jnp.cumsum(done) - 1) % self.num_resets  # the i-th env to end takes new episode i mod num_resets
+
+        def fresh(new, old):
+            return jnp.where(done.reshape(-1, *(1,) * (old.ndim - 1)), new[take], old)
+
+        inner = jax.tree.map(fresh, _innermost(new_state), _innermost(state))
+        return fresh(new_obs, obs), _with_innermost(state, inner), reward, terminated, truncated, info
+
+
+def _innermost(state):
+    """The env's own state inside the wrappers' states (each wrapper's holds the one below as `env_state`)."""
+    return _innermost(state.env_state) if hasattr(state, "env_state") else state
+
+
+def _with_innermost(state, inner):
+    if hasattr(state, "env_state"):
+        return state.replace(env_state=_with_innermost(state.env_state, inner))
+    return inner
 
 
 @struct.dataclass

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import envs
+from envs.suite import SuiteEnv
 
 
 @struct.dataclass
@@ -197,3 +198,56 @@ def test_next_obs_values_match_a_pass_over_every_next_obs(num_steps, num_envs, t
                                jnp.asarray(obs[-1]), max_truncated)
     used = terminated == 0
     np.testing.assert_allclose(np.asarray(got)[used], value_fn(next_obs)[used], rtol=1e-6, atol=1e-6)
+
+
+class Countdown(SuiteEnv):
+    """A suite-style env whose episodes are told apart: a reset draws a length (1-4 steps, or the time limit of 6
+    when it draws 7) and an id; it observes [steps left, id, time] and terminates when no steps are left."""
+
+    reset_ratio = 4
+
+    def __init__(self):
+        super().__init__("Countdown", 6, spaces.Box(-1.0, 10.0, (3,), jnp.float32), spaces.Discrete(2))
+
+    def _reset(self, key):
+        key_length, key_id = jax.random.split(key)
+        length = jnp.where(jax.random.bernoulli(key_length, 0.2), 7, jax.random.randint(key_length, (), 1, 5))
+        inner = (length.astype(jnp.float32), jax.random.uniform(key_id))
+        return jnp.stack([*inner, 0.0]), inner
+
+    def _step(self, key, inner, action):
+        left, episode_id = inner[0] - 1, inner[1]
+        return jnp.stack([left, episode_id, 0.0]), (left, episode_id), jnp.float32(1.0), left <= 0
+
+
+def test_optimistic_resets_give_each_ended_env_a_new_episode_and_keep_the_others():
+    """VecEnv with reset_ratio 4 over 8 envs builds 2 new episodes a step: every env either continues its episode
+    (one step less, same id) or, having ended (by its own end or the time limit, with the true last observation in
+    info), starts a new one at time 0 that no other env ended into on that step, with its statistics counted."""
+    num_envs = 8
+    env = envs.wrappers.VecEnv(envs.wrappers.EpisodeStatistics(Countdown()), num_envs)
+    params = env.default_params
+    assert env.num_resets == 2
+    step = jax.jit(lambda key, state: env.step(key, state, jnp.zeros(num_envs, jnp.int32), params))
+    obs, state = env.reset(jax.random.key(0), params)
+    ended_together = 0
+    for t in range(40):
+        new_obs, state_after, reward, terminated, truncated, info = step(jax.random.fold_in(jax.random.key(1), t),
+                                                                         state)
+        done = np.asarray(terminated | truncated)
+        final = np.asarray(info["final_observation"])
+        np.testing.assert_allclose(final[:, :2], np.stack([obs[:, 0] - 1, obs[:, 1]], 1))
+        assert np.all(np.asarray(terminated) == (final[:, 0] <= 0))
+        time = np.asarray(state_after.env_state.time)
+        at_limit = np.asarray(state.env_state.time) + 1 >= 6
+        np.testing.assert_array_equal(np.asarray(truncated), ~np.asarray(terminated) & at_limit)
+        np.testing.assert_allclose(np.asarray(new_obs)[~done], final[~done])
+        assert np.all(time[done] == 0) and np.all(np.asarray(state_after.episode_length)[done] == 0)
+        np.testing.assert_array_equal(np.asarray(info["episode_length"])[done],
+                                      np.asarray(state.episode_length)[done] + 1)
+        fresh_ids = np.asarray(new_obs)[done, 1]
+        assert len(set(fresh_ids.tolist())) == min(done.sum(), env.num_resets) or done.sum() > env.num_resets
+        assert np.all(np.isin(fresh_ids, final[:, 1], invert=True))
+        ended_together += done.sum() >= 2
+        obs, state = new_obs, state_after
+    assert ended_together >= 5  # the sharing out was exercised
