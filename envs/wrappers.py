@@ -159,7 +159,7 @@ class VecEnv(Wrapper):
         """`key` is one key, split here into one per env, or `num_envs` keys stacked (shape `(num_envs, 2)`),
         split in bulk beforehand: a script can split a whole rollout's keys before its scan."""
         keys = key if key.ndim == 2 else jax.random.split(key, self.num_envs)
-        if self.num_resets == self.num_envs:
+        if self.num_resets == self.num_envs or not hasattr(params, "auto_reset"):
             return jax.vmap(self._env.step, in_axes=(0, 0, 0, None))(keys, state, action, params)
         obs, state, reward, terminated, truncated, info = jax.vmap(self._env.step, in_axes=(0, 0, 0, None))(
             keys, state, action, params.replace(auto_reset=False))
