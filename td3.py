@@ -53,8 +53,9 @@ class Config(harness.Flags):
     """env steps (transitions) per agent of uniformly random actions before the first update"""
     update_every: int = 1
     """vector-env steps (each num_envs transitions) between update phases"""
-    updates_per_step: float = 0.25
-    """critic updates per transition (replay ratio; the paper: 1); a phase runs update_every * num_envs * this"""
+    updates_per_step: float = 1.0
+    """critic updates per transition (replay ratio; 1 as in the paper: at 0.25 some Pendulum seeds collapse late,
+    see docs/learning.md); a phase runs update_every * num_envs * this"""
     learning_rate: float = 3e-4
     """Adam learning rate of actor and critics"""
     gamma: float = 0.99

@@ -219,9 +219,9 @@ def test_bad_config_names_the_flag(changes, message):
 
 @pytest.mark.slow
 def test_pendulum_learns(run_script, tmp_path):
-    # Published TD3 and SAC runs reach about -150 on Pendulum; a random policy scores about -1200.
-    result = run_script("td3.py", "--env", "Pendulum-v1", "--num-seeds", "4")
+    # rl-baselines3-zoo's TD3 scores -152 on Pendulum at 20k steps; a random policy scores about -1200.
+    result = run_script("td3.py", "--env", "Pendulum-v1", "--num-seeds", "4", "--total-timesteps", "20000")
     assert result.returncode == 0, result.stderr
     _, summary = read_run(tmp_path / "runs")
-    assert summary["env_steps"] <= 50_000
+    assert summary["env_steps"] <= 20_000
     assert np.mean(summary["eval_return"]) >= -250, summary
