@@ -653,6 +653,7 @@ def plot_curves(path, algo, results):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import EngFormatter, MaxNLocator
 
     cols = min(3, len(results))
     rows = -(-len(results) // cols)
@@ -672,6 +673,8 @@ def plot_curves(path, algo, results):
             ax.axhline(e.low, color="gray", ls=":", lw=1, label="random policy")
         ax.set_title(e.env, fontsize=10)
         ax.set_xlabel("env steps per seed")
+        ax.xaxis.set_major_locator(MaxNLocator(5))  # a few ticks, named 250k, 1M: no run-together labels
+        ax.xaxis.set_major_formatter(EngFormatter(sep=""))
         ax.set_ylabel("episode return")
         ax.legend(fontsize=7, loc="best")
     for ax in list(axes.flat)[len(results):]:
