@@ -32,6 +32,12 @@ class Args:
     """how many of the lowest-evaluated seeds to draw in colour"""
 
 
+def fail(message):
+    """Bad input: one line on stderr, exit 2."""
+    print(f"seed_curves.py: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def read_run(run_dir, metric):
     """-> (title, {seed: ([env_steps], [value])}, {seed: eval return})."""
     curves = defaultdict(lambda: ([], []))
@@ -55,20 +61,20 @@ def read_run(run_dir, metric):
 def main():
     args = tyro.cli(Args)
     if not args.run_dirs:
-        sys.exit("seed_curves.py: name at least one run directory")
+        fail("name at least one run directory")
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     if args.titles and len(args.titles) != len(args.run_dirs):
-        sys.exit(f"seed_curves.py: --titles has {len(args.titles)} titles for {len(args.run_dirs)} run directories")
+        fail(f"--titles has {len(args.titles)} titles for {len(args.run_dirs)} run directories; give one per directory")
     fig, axes = plt.subplots(1, len(args.run_dirs), figsize=(6 * len(args.run_dirs), 4), squeeze=False)
     for i, (ax, run_dir) in enumerate(zip(axes[0], args.run_dirs, strict=True)):
         try:
             title, curves, evals = read_run(run_dir, args.metric)
         except (OSError, ValueError, KeyError) as error:
-            sys.exit(f"seed_curves.py: {run_dir}: {error}")
+            fail(f"{run_dir}: {error}")
         worst = sorted((e, s) for s, e in evals.items() if e is not None)[: args.highlight]
         worst_seeds = {s for _, s in worst}
         for seed, (steps, values) in sorted(curves.items()):

@@ -1,10 +1,14 @@
 """harness/records.py's plots and per-run figures: learning curves carry each seed's return forward from its latest
-finished episodes (no gaps, never empty), count the seeds they cover, and a sweep's points share one plot."""
+finished episodes (no gaps, never empty), count the seeds they cover, and a sweep's points share one plot; and
+benchmarks/seed_curves.py, every seed's curve of a run."""
 
 import csv
+import importlib.util
+import json
 
 import numpy as np
 import pytest
+from conftest import ROOT
 
 from harness import records
 
@@ -135,3 +139,39 @@ def test_progress_lines_carry_returns_forward(capsys):
     assert [line.split("env_steps")[0].split()[1] for line in lines] == ["2", "4", "6"]
     assert lines[0].endswith("no episode ended yet")
     assert "return mean     6.00  min     5.00  max     7.00" in lines[1] and lines[2].endswith(lines[1][-40:])
+
+
+def fake_run(path, seed0, curves, evals):
+    """A run directory as the harness writes it: metrics.csv rows per seed, summary.json, config.json."""
+    path.mkdir()
+    with open(path / "metrics.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["seed", "iteration", "env_steps", "episode_return"])
+        for i, curve in enumerate(curves):
+            for row, value in enumerate(curve, 1):
+                writer.writerow([seed0 + i, row, row * 100, value])
+    (path / "summary.json").write_text(json.dumps({"eval_return": evals}))
+    (path / "config.json").write_text(json.dumps({"env": "CartPole-v1", "seed": seed0}))
+
+
+def test_seed_curves_draws_every_seed_and_names_the_worst(tmp_path, run_script):
+    """benchmarks/seed_curves.py: the seeds of metrics.csv (from --seed 5) matched to summary.json's agents in
+    order, the lowest-evaluated named, NaN rows skipped; bad input is one line and exit 2."""
+    spec = importlib.util.spec_from_file_location("seed_curves", ROOT / "benchmarks" / "seed_curves.py")
+    seed_curves = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(seed_curves)
+    fake_run(tmp_path / "a", 5, [[1, "nan", 3], [4, 5, 6]], [30.0, 60.0])
+    _, curves, evals = seed_curves.read_run(tmp_path / "a", "episode_return")
+    assert curves == {5: ([100, 300], [1.0, 3.0]), 6: ([100, 200, 300], [4.0, 5.0, 6.0])}
+    assert evals == {5: 30.0, 6: 60.0}
+    fake_run(tmp_path / "b", 0, [[1, 2], [3, 4]], [1.0, 2.0])
+    out = tmp_path / "seeds.png"
+    result = run_script("benchmarks/seed_curves.py", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out),
+                        add_out_dir=False)
+    assert result.returncode == 0, result.stderr
+    assert out.stat().st_size > 10_000
+    for args, message in (((str(tmp_path / "a"), "--titles", "x", "y"), "--titles has 2 titles for 1 run"),
+                          ((str(tmp_path / "missing"),), "missing")):
+        result = run_script("benchmarks/seed_curves.py", *args, "--out", str(out), add_out_dir=False)
+        assert result.returncode == 2 and message in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
