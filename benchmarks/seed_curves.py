@@ -62,13 +62,13 @@ def main():
     args = tyro.cli(Args)
     if not args.run_dirs:
         fail("name at least one run directory")
+    if args.titles and len(args.titles) != len(args.run_dirs):
+        fail(f"--titles has {len(args.titles)} titles for {len(args.run_dirs)} run directories; give one per directory")
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    if args.titles and len(args.titles) != len(args.run_dirs):
-        fail(f"--titles has {len(args.titles)} titles for {len(args.run_dirs)} run directories; give one per directory")
     fig, axes = plt.subplots(1, len(args.run_dirs), figsize=(6 * len(args.run_dirs), 4), squeeze=False)
     for i, (ax, run_dir) in enumerate(zip(axes[0], args.run_dirs, strict=True)):
         try:

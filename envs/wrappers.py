@@ -148,8 +148,7 @@ class VecEnv(Wrapper):
     def __init__(self, env, num_envs: int):
         super().__init__(env)
         self.num_envs = num_envs
-        ratio = getattr(env, "reset_ratio", 1)
-        self.num_resets = max(1, num_envs // ratio) if 1 < ratio and num_envs > 1 else num_envs
+        self.num_resets = max(1, num_envs // getattr(env, "reset_ratio", 1))  # num_envs: each env resets itself
 
     def reset(self, key, params):
         keys = jax.random.split(key, self.num_envs)
