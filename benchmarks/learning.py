@@ -14,14 +14,14 @@ Each entry runs its script in a subprocess as a user would, and the run director
     python benchmarks/learning.py --suite quick --random-scores       # measure the random-policy scores
 
 An entry whose run directory holds summary.json is not run again; one whose run stopped before its summary (Ctrl-C,
-a kill) is continued with the script's `--resume`. A run directory made with another env, budget, seed count or seed
-is refused (exit 2): delete it or choose another --out-dir. Entries marked GPU-only are skipped, with a message,
-where JAX sees no GPU. Run directories go to runs/learning/<suite>/ (git-ignored). Once every entry has finished,
-the report goes to benchmarks/results/learning_<suite>.md (before that, to the run directories' folder, so --only
-never replaces the committed table with a partial one), with, per algorithm, learning_<suite>_<algo>_curves.png
-(IQM of the episode return over seeds against env steps, 95% band, one panel per env) and
-learning_<suite>_<algo>_profile.png (the fraction of runs above each normalised score, over the algorithm's envs).
-Exit 1 if an entry failed.
+a kill) is continued with the script's `--resume`. A run directory made with another env, budget, seed count, seed or
+value of one of the entry's flags is refused (exit 2): delete it or choose another --out-dir. Entries marked GPU-only
+are skipped, with a message, where JAX sees no GPU. Run directories go to runs/learning/<suite>/ (git-ignored). Once
+every entry has finished, the report goes to benchmarks/results/learning_<suite>.md (before that, to the run
+directories' folder, so --only never replaces the committed table with a partial one), with, per algorithm,
+learning_<suite>_<algo>_curves.png (IQM of the episode return over seeds against env steps, 95% band, one panel per
+env) and learning_<suite>_<algo>_profile.png (the fraction of runs above each normalised score, over the
+algorithm's envs). Exit 1 if an entry failed.
 """
 
 import csv
@@ -141,9 +141,11 @@ PPO_PENDULUM = ("--num-envs", "16", "--num-steps", "128", "--num-minibatches", "
 PPO_GYMNAX_BLINES_CONTINUOUS = ("--num-envs", "32", "--num-steps", "16", "--num-minibatches", "4", "--update-epochs",
                                 "4", "--learning-rate", "5e-4", "--no-anneal-lr", "--max-grad-norm", "1.0")
 # ppo.py on MinAtar: gymnax-blines' PPO config (agents/<game>/ppo.yaml: 64 envs x 128 steps, 8 minibatches, 4 epochs,
-# constant lr 5e-4, gamma 0.999, 256-256 MLP on the flattened frame; its 5% lr warm-up is not in ppo.py).
+# constant lr 5e-4, gamma 0.999; utils/models.py: separate 256-256 ReLU MLPs on the flattened frame). Its "5% warm-up"
+# is a linear schedule from lr_begin to lr_end, both 5e-4 (utils/ppo.py), so the lr is constant there too.
 PPO_MINATAR = ("--num-envs", "64", "--num-steps", "128", "--num-minibatches", "8", "--update-epochs", "4",
-               "--learning-rate", "5e-4", "--no-anneal-lr", "--gamma", "0.999", "--hidden-size", "256")
+               "--learning-rate", "5e-4", "--no-anneal-lr", "--gamma", "0.999", "--hidden-size", "256",
+               "--activation", "relu")
 # DQN on MinAtar: the MinAtar paper's DQN (kenjyoung/MinAtar examples/dqn.py: one env, an update every step, batch 32,
 # buffer 100k, target every 1,000 steps, 5,000 warm-up steps, epsilon 1 to 0.1 over 100k of 5M steps, Huber loss,
 # no lr decay). Its network is a small conv net; dqn_tabular_q.py's is an MLP on the flattened frame.
@@ -415,6 +417,37 @@ def describe_machine(m: dict) -> str:
     return f"{m['cpu']} ({m['cores']} cores){accel}, jax {m['jax']} ({m.get('backend', '?')})"
 
 
+def flag_settings(flags, config: dict) -> dict:
+    """An entry's flags as {config field: value as written}, for the fields `config` has: "--a-b V" -> a_b: "V",
+    "--a-b V W" -> a_b: ["V", "W"], "--a-b" -> a_b: True, "--no-a-b" -> a_b: False."""
+    settings, i = {}, 0
+    while i < len(flags):
+        name, values = flags[i].removeprefix("--").replace("-", "_"), []
+        i += 1
+        while i < len(flags) and not flags[i].startswith("--"):
+            values.append(flags[i])
+            i += 1
+        if values:
+            settings[name] = values if isinstance(config.get(name), list) else values[0]
+        elif name.startswith("no_") and name not in config:
+            settings[name[3:]] = False
+        else:
+            settings[name] = True
+    return {k: v for k, v in settings.items() if k in config}
+
+
+def same_setting(saved, written) -> bool:
+    """Whether a config.json value is the value a flag wrote (5e-4 and 0.0005 are the same)."""
+    if isinstance(saved, list) and isinstance(written, list):
+        return len(saved) == len(written) and all(map(same_setting, saved, written))
+    if isinstance(saved, bool) or isinstance(written, bool):
+        return saved == written
+    try:
+        return float(saved) == float(written)
+    except (TypeError, ValueError):
+        return str(saved) == str(written)
+
+
 def check_run_dir(e: Entry, run_dir):
     """SuiteError if an existing run directory was made for other settings than the entry's."""
     try:
@@ -425,6 +458,8 @@ def check_run_dir(e: Entry, run_dir):
     wanted = {"algo": SCRIPT_ALGO[e.algo], "env": e.env, "total_timesteps": e.total_timesteps,
               "num_seeds": e.num_seeds, "seed": e.seed}
     differ = [f"{k} {config.get(k)!r} (suite: {v!r})" for k, v in wanted.items() if config.get(k) != v]
+    differ += [f"--{k.replace('_', '-')} {config[k]!r} (suite: {v!r})"
+               for k, v in flag_settings(e.flags, config).items() if not same_setting(config[k], v)]
     if differ:
         raise SuiteError(f"{run_dir} was made with {', '.join(differ)}: delete it, or use another --out-dir")
 

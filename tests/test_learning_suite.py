@@ -6,6 +6,7 @@ import importlib
 import importlib.util
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -182,6 +183,25 @@ def test_cli_refuses_a_run_directory_made_for_other_settings(run_script, tmp_pat
     assert len(result.stderr.strip().splitlines()) == 1
     assert "total_timesteps 999 (suite: 2048)" in result.stderr and "running" not in result.stdout
     assert not (tmp_path / "learning.md").exists()
+
+
+def test_a_run_directory_made_with_other_flag_values_is_refused(tmp_path):
+    """A resumed run keeps the flags it was started with, so a suite whose entry's flags changed since must not
+    resume it: each flag is compared with config.json (5e-4 is 0.0005, --no-x is x false, lists element-wise)."""
+    e = learning.entry("ppo-breakout", "ppo", "ppo.py", "Breakout-MinAtar", 1000, 2,
+                       ("--learning-rate", "5e-4", "--no-anneal-lr", "--activation", "relu", "--sweep", "a=1", "b=2"))
+    run_dir = fake_run(tmp_path, e, [1.0, 1.0], [1.0, 1.0], curve_rows(2))
+    config = json.loads((run_dir / "config.json").read_text())
+    same = {"learning_rate": 0.0005, "anneal_lr": False, "activation": "relu", "sweep": ["a=1", "b=2"]}
+    (run_dir / "config.json").write_text(json.dumps({**config, **same}))
+    learning.check_run_dir(e, str(run_dir))
+    for field, value, shown in (("activation", "tanh", "--activation 'tanh' (suite: 'relu')"),
+                                ("anneal_lr", True, "--anneal-lr True (suite: False)"),
+                                ("learning_rate", 0.001, "--learning-rate 0.001 (suite: '5e-4')"),
+                                ("sweep", ["a=1"], "--sweep ['a=1'] (suite: ['a=1', 'b=2'])")):
+        (run_dir / "config.json").write_text(json.dumps({**config, **same, field: value}))
+        with pytest.raises(learning.SuiteError, match="was made with " + re.escape(shown)):
+            learning.check_run_dir(e, str(run_dir))
 
 
 def test_cli_report_only_runs_nothing(run_script, fabricated, tmp_path):
