@@ -419,11 +419,12 @@ def describe_machine(m: dict) -> str:
 
 
 def flag_settings(flags, config: dict) -> dict:
-    """An entry's flags as {config field: value as written}, for the fields `config` has: "--a-b V" -> a_b: "V",
-    "--a-b V W" -> a_b: ["V", "W"], "--a-b" -> a_b: True, "--no-a-b" -> a_b: False."""
+    """An entry's flags as {config field: value as written}, for the fields `config` has: "--a-b V" or "--a-b=V" ->
+    a_b: "V", "--a-b V W" -> a_b: ["V", "W"], "--a-b" -> a_b: True, "--no-a-b" -> a_b: False."""
     settings, i = {}, 0
     while i < len(flags):
-        name, values = flags[i].removeprefix("--").replace("-", "_"), []
+        name, equals, value = flags[i].removeprefix("--").partition("=")
+        name, values = name.replace("-", "_"), [value] if equals else []
         i += 1
         while i < len(flags) and not flags[i].startswith("--"):
             values.append(flags[i])

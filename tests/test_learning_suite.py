@@ -189,7 +189,7 @@ def test_a_run_directory_made_with_other_flag_values_is_refused(tmp_path):
     """A resumed run keeps the flags it was started with, so a suite whose entry's flags changed since must not
     resume it: each flag is compared with config.json (5e-4 is 0.0005, --no-x is x false, lists element-wise)."""
     e = learning.entry("ppo-breakout", "ppo", "ppo.py", "Breakout-MinAtar", 1000, 2,
-                       ("--learning-rate", "5e-4", "--no-anneal-lr", "--activation", "relu", "--sweep", "a=1", "b=2"))
+                       ("--learning-rate=5e-4", "--no-anneal-lr", "--activation", "relu", "--sweep", "a=1", "b=2"))
     run_dir = fake_run(tmp_path, e, [1.0, 1.0], [1.0, 1.0], curve_rows(2))
     config = json.loads((run_dir / "config.json").read_text())
     same = {"learning_rate": 0.0005, "anneal_lr": False, "activation": "relu", "sweep": ["a=1", "b=2"]}
