@@ -15,7 +15,10 @@ Each entry runs its script in a subprocess as a user would, and the run director
 
 An entry whose run directory holds summary.json is not run again; one whose run stopped before its summary (Ctrl-C,
 a kill) is continued with the script's `--resume`. A run directory made with another env, budget, seed count, seed or
-value of one of the entry's flags is refused (exit 2): delete it or choose another --out-dir. Entries marked GPU-only
+value of one of the entry's flags is refused (exit 2): delete it or choose another --out-dir. Each finished run is
+also recorded in benchmarks/results/records/<suite>/<entry>.json (its config, summary, wall time and binned curve, a
+few KB: commit it): run directories live on one machine, and a suite of hours spans sessions and machines. An entry
+with a record is finished too, and the report reads the record where the run directory is gone. Entries marked GPU-only
 are skipped, with a message, where JAX sees no GPU. Run directories go to runs/learning/<suite>/ (git-ignored). Once
 every entry has finished, the report goes to benchmarks/results/learning_<suite>.md (before that, to the run
 directories' folder, so --only never replaces the committed table with a partial one), with, per algorithm,
@@ -312,8 +315,13 @@ class Args:
     results: str | None = None
     """the markdown report; the PNGs go beside it; default benchmarks/results/learning_<suite>.md once every entry
     has finished, else <out-dir>/learning_<suite>.md (a partial report never replaces the committed table)"""
+    records: str | None = None
+    """where each finished entry's record goes (config, summary, wall time and binned curve: all the report needs,
+    a few KB), one JSON file per entry, to be committed; default benchmarks/results/records/<suite> when --out-dir is
+    not given, else none. An entry with a record is finished: not rerun, and reported from it when its run directory
+    is gone (another machine, a clean clone)"""
     report_only: bool = False
-    """run nothing: rebuild the report from the run directories there are"""
+    """run nothing: rebuild the report from the run directories and records there are"""
     random_scores: bool = False
     """run nothing: print a uniformly random policy's mean return on each env of the (selected) entries"""
     random_episodes: int = 1000
@@ -457,13 +465,20 @@ def check_run_dir(e: Entry, run_dir):
             config = json.load(f)
     except (OSError, ValueError):
         return  # no config: the run never started; the script refuses or resumes it as it sees fit
+    check_config(e, config, run_dir)
+
+
+def check_config(e: Entry, config: dict, where):
+    """SuiteError if a run's config.json (of a run directory or a record at `where`) has other settings than the
+    entry's."""
     wanted = {"algo": SCRIPT_ALGO[e.algo], "env": e.env, "total_timesteps": e.total_timesteps,
               "num_seeds": e.num_seeds, "seed": e.seed}
     differ = [f"{k} {config.get(k)!r} (suite: {v!r})" for k, v in wanted.items() if config.get(k) != v]
     differ += [f"--{k.replace('_', '-')} {config[k]!r} (suite: {v!r})"
                for k, v in flag_settings(e.flags, config).items() if not same_setting(config[k], v)]
     if differ:
-        raise SuiteError(f"{run_dir} was made with {', '.join(differ)}: delete it, or use another --out-dir")
+        raise SuiteError(f"{shown(where)} was made with {', '.join(differ)}: delete it, or use another "
+                         f"{'--records' if where.endswith('.json') else '--out-dir'}")
 
 
 def command(e: Entry, out_dir, run_dir) -> list[str]:
@@ -474,18 +489,66 @@ def command(e: Entry, out_dir, run_dir) -> list[str]:
             str(e.num_seeds), "--seed", str(e.seed), "--out-dir", out_dir, "--run-name", e.name, *e.flags]
 
 
-def run_entries(entries, out_dir) -> list[str]:
-    """Runs each entry that has no summary.json yet (fresh or resumed); -> the names that failed."""
+def record_path(records, e: Entry) -> str | None:
+    return None if records is None else os.path.join(records, f"{e.name}.json")
+
+
+def write_record(e: Entry, run_dir, records) -> str:
+    """A finished run's record: config.json, summary.json, the runner's MACHINE_FILE and the binned curve of
+    metrics.csv, in one JSON file (NaN as null), written whole or not at all; -> its path."""
+    def load(name):
+        path = os.path.join(run_dir, name)
+        if not os.path.exists(path):
+            return {}
+        with open(path) as f:
+            return json.load(f)
+
+    steps, returns = read_curve(run_dir)
+    record = {"config": load("config.json"), "summary": load("summary.json"), "run": load(MACHINE_FILE),
+              "curve": {"env_steps": steps.tolist(),
+                        "episode_return": [[None if np.isnan(v) else v for v in row] for row in returns.tolist()]}}
+    path = record_path(records, e)
+    os.makedirs(records, exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump(record, f, separators=(",", ":"))
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def read_record(e: Entry, records) -> dict | None:
+    """An entry's record, or None where there is none; SuiteError if it was made for other settings."""
+    path = record_path(records, e)
+    if path is None or not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            record = json.load(f)
+        config, summary = record["config"], record["summary"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise SuiteError(f"{shown(path)} cannot be read ({error}): delete it to run {e.name} again") from None
+    check_config(e, config, path)
+    return record if summary else None
+
+
+def run_entries(entries, out_dir, records=None) -> list[str]:
+    """Runs each entry that has neither a summary.json nor a record yet (fresh or resumed), recording each finished
+    run in `records` (None: none); -> the names that failed."""
     os.makedirs(out_dir, exist_ok=True)
-    for e in entries:  # refuse a mismatched directory before spending time on any run
+    for e in entries:  # refuse a mismatched directory or record before spending time on any run
         if os.path.isdir(os.path.join(out_dir, e.name)):
             check_run_dir(e, os.path.join(out_dir, e.name))
+        read_record(e, records)
     failed, this_machine = [], None
     for i, e in enumerate(entries):
         run_dir = os.path.join(out_dir, e.name)
         head = f"[{i + 1}/{len(entries)}] {e.name}"
         if os.path.exists(os.path.join(run_dir, "summary.json")):
             print(f"{head}: finished before ({run_dir}/summary.json), not rerun", flush=True)
+            if records is not None and not os.path.exists(record_path(records, e)):
+                print(f"{head}: recorded in {shown(write_record(e, run_dir, records))}", flush=True)
+            continue
+        if read_record(e, records) is not None:
+            print(f"{head}: finished before ({shown(record_path(records, e))}), not rerun", flush=True)
             continue
         this_machine = this_machine or machine()
         if e.gpu_only and this_machine.get("backend") != "gpu":
@@ -517,6 +580,8 @@ def run_entries(entries, out_dir) -> list[str]:
             json.dump({"machine": this_machine, "wall_s": wall_s, "resumed": resumed,
                        "finished": datetime.datetime.now().isoformat(timespec="seconds")}, f, indent=2)
         print(f"{head}: done in {wall_s:.0f} s", flush=True)
+        if records is not None:
+            print(f"{head}: recorded in {shown(write_record(e, run_dir, records))}", flush=True)
     return failed
 
 
@@ -584,29 +649,37 @@ class Result:
     """What the report needs of one finished entry."""
 
     entry: Entry
-    run_dir: str
+    source: str  # the run directory, or the record it was read from
     summary: dict
     extra: dict  # MACHINE_FILE's contents ({} for a run the runner did not finish)
     eval_return: np.ndarray  # per seed, NaN where undefined
     final_return: np.ndarray
+    curve: tuple[np.ndarray, np.ndarray]  # read_curve's (env steps, (seeds, points) returns)
 
 
-def read_result(e: Entry, out_dir) -> Result | None:
+def read_result(e: Entry, out_dir, records=None) -> Result | None:
+    """A finished entry from its run directory, or else from its record; None if neither is there."""
     run_dir = os.path.join(out_dir, e.name)
     try:
         with open(os.path.join(run_dir, "summary.json")) as f:
             summary = json.load(f)
     except (OSError, ValueError):
-        return None
-    extra = {}
-    if os.path.exists(os.path.join(run_dir, MACHINE_FILE)):
-        with open(os.path.join(run_dir, MACHINE_FILE)) as f:
-            extra = json.load(f)
+        record = read_record(e, records)
+        if record is None:
+            return None
+        summary, extra, source = record["summary"], record["run"], record_path(records, e)
+        steps = np.array(record["curve"]["env_steps"], dtype=float)
+        curve = (steps, np.array(record["curve"]["episode_return"], dtype=float).reshape(-1, steps.size))
+    else:
+        extra, source, curve = {}, run_dir, read_curve(run_dir)
+        if os.path.exists(os.path.join(run_dir, MACHINE_FILE)):
+            with open(os.path.join(run_dir, MACHINE_FILE)) as f:
+                extra = json.load(f)
 
     def per_seed(key):
         return np.array([np.nan if v is None else v for v in summary[key]], dtype=float)
 
-    return Result(e, run_dir, summary, extra, per_seed("eval_return"), per_seed("final_return"))
+    return Result(e, source, summary, extra, per_seed("eval_return"), per_seed("final_return"), curve)
 
 
 def read_curve(run_dir, points=CURVE_POINTS):
@@ -699,7 +772,7 @@ def plot_curves(path, algo, results):
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows), squeeze=False)
     for ax, r in zip(axes.flat, results, strict=False):
         e = r.entry
-        steps, returns = read_curve(r.run_dir)
+        steps, returns = r.curve
         ok = ~np.isnan(returns).any(axis=0)  # points where every seed finished an episode
         if ok.any():
             band = aggregate.stratified_bootstrap_ci(returns[:, ok], lambda s: aggregate.iqm(s, axis=-2),
@@ -752,10 +825,11 @@ def shown(path) -> str:
     return os.path.relpath(path, ROOT) if path.startswith(ROOT + os.sep) else path
 
 
-def write_report(suite_name, entries, out_dir, results_path, suite_flag=None) -> list[str]:
-    """The markdown table and the PNGs from the run directories there are; -> the files written. `suite_flag`: how
-    the command line named the suite (default `--suite <name>`)."""
-    results = [r for r in (read_result(e, out_dir) for e in entries) if r is not None]
+def write_report(suite_name, entries, out_dir, results_path, suite_flag=None, records=None) -> list[str]:
+    """The markdown table and the PNGs from the run directories and records there are; -> the files written.
+    `suite_flag`: how the command line named the suite (default `--suite <name>`)."""
+    results = [r for r in (read_result(e, out_dir, records) for e in entries) if r is not None]
+    recorded = [r.entry.name for r in results if r.source.endswith(".json")]
     missing = [e for e in entries if e.name not in {r.entry.name for r in results}]
     machines = list(dict.fromkeys(describe_machine(r.extra["machine"]) for r in results if r.extra.get("machine")))
     suite_flag = suite_flag or f"--suite {suite_name}"
@@ -764,7 +838,10 @@ def write_report(suite_name, entries, out_dir, results_path, suite_flag=None) ->
     os.makedirs(folder, exist_ok=True)
     lines = [f"# Learning results: suite `{suite_name}`", "",
              f"Written {datetime.date.today()} by `python benchmarks/learning.py {suite_flag}` from the run "
-             f"directories in `{shown(out_dir)}`. Machine: {'; '.join(machines) or 'not recorded'}.",
+             f"directories in `{shown(out_dir)}`"
+             + (f" and, where they are gone, the records in `{shown(records)}` ({', '.join(recorded)})"
+                if recorded else "")
+             + f". Machine: {'; '.join(machines) or 'not recorded'}.",
              "",
              "Returns are the scripts' own: `eval_return` is the deterministic (greedy) policy's return on fresh "
              "episodes after training, `final_return` the mean return of the training episodes that ended in the "
@@ -783,7 +860,7 @@ def write_report(suite_name, entries, out_dir, results_path, suite_flag=None) ->
                      f"| {fmt(s.get('train_s'), 3)} | {fmt(s.get('compile_s'), 2)} | {e.reference.text} "
                      f"| {e.reference.source} |")
     if missing:
-        lines += ["", "Not in the table (no summary.json yet): " + ", ".join(
+        lines += ["", "Not in the table (no summary.json or record yet): " + ", ".join(
             f"{e.name}{' (GPU only)' if e.gpu_only else ''}" for e in missing)
             + f". Run them with `python benchmarks/learning.py {suite_flag} --only "
             + ",".join(e.name for e in missing) + "`."]
@@ -822,11 +899,13 @@ def write_report(suite_name, entries, out_dir, results_path, suite_flag=None) ->
     return written
 
 
-def report_path(suite_name, entries, out_dir) -> str:
+def report_path(suite_name, entries, out_dir, records=None) -> str:
     """Where the report goes without --results: the committed benchmarks/results/learning_<suite>.md when every
-    entry has a summary.json, else (a partial report: --only, a failed or GPU-only entry) <out-dir>/, saying so."""
+    entry has a summary.json or a record, else (a partial report: --only, a failed or GPU-only entry) <out-dir>/,
+    saying so."""
     committed = os.path.join(ROOT, "benchmarks", "results", f"learning_{suite_name}.md")
-    finished = sum(os.path.exists(os.path.join(out_dir, e.name, "summary.json")) for e in entries)
+    finished = sum(os.path.exists(os.path.join(out_dir, e.name, "summary.json")) or read_record(e, records) is not None
+                   for e in entries)
     if finished == len(entries):
         return committed
     print(f"{finished} of {len(entries)} entries have finished: the report goes to {shown(out_dir)}, and "
@@ -850,7 +929,9 @@ def main(args: Args) -> int:
             print_random_scores(chosen, args.random_episodes)
             return 0
         out_dir = os.path.abspath(args.out_dir or os.path.join(ROOT, "runs", "learning", suite_name))
-        failed = [] if args.report_only else run_entries(chosen, out_dir)
+        records = args.records or (None if args.out_dir else os.path.join(ROOT, "benchmarks", "results", "records",
+                                                                           suite_name))
+        failed = [] if args.report_only else run_entries(chosen, out_dir, records)
     except SuiteError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -858,8 +939,12 @@ def main(args: Args) -> int:
         print("interrupted: run the same command again to go on (finished entries are kept, the stopped one "
               "resumes); the report was not rewritten", file=sys.stderr)
         return 130
-    results = args.results or report_path(suite_name, entries, out_dir)
-    written = write_report(suite_name, entries, out_dir, results, suite_flag)
+    try:
+        results = args.results or report_path(suite_name, entries, out_dir, records)
+        written = write_report(suite_name, entries, out_dir, results, suite_flag, records)
+    except SuiteError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     print("written: " + ", ".join(shown(p) for p in written))
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)

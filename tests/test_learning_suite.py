@@ -88,7 +88,7 @@ def test_report_numbers_come_from_the_run_directories(fabricated, tmp_path):
     assert cart[5].startswith(f"{loop_iqm([90.0, 190.0, 280.0, 300.0, 500.0]):.4g} [")  # final: 256.7
     assert cart[6] == f"250 ± {np.std([100, 200, 300, 400]):.4g}" and cart[7] == "100"
     assert cart[2:4] == ["5", "1,000"] and cart[8:12] == ["12", "1.5", "490.04 ± 6.12", "CleanRL docs"]
-    assert "Not in the table (no summary.json yet): pqn-cart" in text
+    assert "Not in the table (no summary.json or record yet): pqn-cart" in text
 
     # Breakout has no published high: the best eval IQM on it (dqn's 10) is 1, the random policy's score 0.
     breakout_low = learning.SCORE_RANGES["Breakout-MinAtar"][0]
@@ -253,6 +253,54 @@ def test_cli_runs_a_tiny_suite_then_reruns_nothing_and_resumes_what_stopped(run_
     assert "ppo-cart: finished before" in third.stdout
     assert (out_dir / "tabular-grid" / "summary.json").exists()
     assert (out_dir / "ppo-cart" / "summary.json").stat().st_mtime_ns == stamps[out_dir / "ppo-cart" / "summary.json"]
+
+
+def test_a_record_stands_for_its_run_directory(fabricated, tmp_path, capsys):
+    """Run directories stay on the machine that made them; a record (config, summary, wall time, binned curve) is
+    committed. With the run directories gone the report from the records is the same table, and the runner runs
+    nothing that has a record."""
+    out_dir, entries = fabricated
+    records = tmp_path / "records"
+    (out_dir / "ppo-cart" / learning.MACHINE_FILE).write_text(json.dumps({"wall_s": 20.0}))
+    for e in entries[:3]:
+        learning.write_record(e, str(out_dir / e.name), str(records))
+    assert sorted(os.listdir(records)) == ["dqn-breakout.json", "ppo-breakout.json", "ppo-cart.json"]
+    from_runs = tmp_path / "a" / "learning_fake.md"
+    learning.write_report("fake", entries, str(out_dir), str(from_runs))
+    before = {e.name: learning.read_result(e, str(out_dir)) for e in entries[:3]}
+
+    gone = tmp_path / "elsewhere"  # a clean clone: no run directories
+    from_records = tmp_path / "b" / "learning_fake.md"
+    learning.write_report("fake", entries, str(gone), str(from_records), records=str(records))
+    text = from_records.read_text()
+    assert "the records in" in text and "(ppo-cart, ppo-breakout, dqn-breakout)" in text
+    for e in entries[:3]:
+        assert table_row(text, e.name) == table_row(from_runs.read_text(), e.name)
+        after = learning.read_result(e, str(gone), str(records))
+        assert after.extra == before[e.name].extra
+        np.testing.assert_array_equal(after.curve[0], before[e.name].curve[0])
+        np.testing.assert_array_equal(after.curve[1], before[e.name].curve[1])  # NaN where no episode ended
+    assert text.split("## Per algorithm")[1] == from_runs.read_text().split("## Per algorithm")[1]
+    assert learning.report_path("fake", entries[:3], str(gone), str(records)).endswith("learning_fake.md")
+    assert learning.read_result(entries[3], str(gone), str(records)) is None
+
+    # An entry with a record is finished: nothing runs (no script, no JAX probe), and nothing is rewritten.
+    stamps = {p: p.stat().st_mtime_ns for p in records.iterdir()}
+    assert learning.run_entries(entries[:3], str(gone), str(records)) == []
+    assert capsys.readouterr().out.count("not rerun") == 3 and stamps == {p: p.stat().st_mtime_ns for p in
+                                                                           records.iterdir()}
+    # A finished run directory without a record (run before records were kept) is recorded, not rerun.
+    (records / "ppo-cart.json").unlink()
+    assert learning.run_entries(entries[:1], str(out_dir), str(records)) == []
+    assert "ppo-cart: recorded in" in capsys.readouterr().out and (records / "ppo-cart.json").exists()
+    # A record made for other settings is refused before anything runs, as a run directory is.
+    changed = dataclasses.replace(entries[1], total_timesteps=2000)
+    with pytest.raises(learning.SuiteError, match=r"ppo-breakout.json was made with total_timesteps 1000 \(suite: "
+                       r"2000\): delete it, or use another --records"):
+        learning.run_entries((changed,), str(gone), str(records))
+    (records / "dqn-breakout.json").write_text("{")
+    with pytest.raises(learning.SuiteError, match="dqn-breakout.json cannot be read"):
+        learning.read_result(entries[2], str(gone), str(records))
 
 
 def test_a_partial_report_never_replaces_the_committed_table(fabricated, tmp_path, capsys):
