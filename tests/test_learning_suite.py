@@ -225,7 +225,8 @@ def test_cli_runs_a_tiny_suite_then_reruns_nothing_and_resumes_what_stopped(run_
     )
     suite = write_suite(tmp_path / "suite.json", *entries)
     out_dir, report = tmp_path / "runs", tmp_path / "results" / "learning_tiny.md"
-    args = ("--suite-file", suite, "--out-dir", str(out_dir), "--results", str(report))
+    records = tmp_path / "records"
+    args = ("--suite-file", suite, "--out-dir", str(out_dir), "--results", str(report), "--records", str(records))
 
     first = run_script(SCRIPT, *args, timeout=600)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -237,6 +238,7 @@ def test_cli_runs_a_tiny_suite_then_reruns_nothing_and_resumes_what_stopped(run_
         expected = aggregate.summarize([np.nan if v is None else v for v in summary["eval_return"]])
         assert table_row(text, e.name)[4].startswith(f"{learning.fmt(expected['iqm'])} [")
         assert json.loads((out_dir / e.name / learning.MACHINE_FILE).read_text())["machine"]["cores"] >= 1
+        assert json.loads((records / f"{e.name}.json").read_text())["summary"] == summary
     for name in ("ppo_curves", "ppo_profile", "tabular_q_curves", "tabular_q_profile"):
         assert (report.parent / f"learning_tiny_{name}.png").read_bytes()[:8] == PNG
 
@@ -245,8 +247,15 @@ def test_cli_runs_a_tiny_suite_then_reruns_nothing_and_resumes_what_stopped(run_
     assert second.returncode == 0, second.stderr[-3000:]
     assert second.stdout.count("not rerun") == 2 and "running" not in second.stdout
     assert {p: p.stat().st_mtime_ns for p in out_dir.rglob("*") if p.is_file()} == stamps
+    # Another machine: no run directories, only the committed records. Nothing runs; the report is the same.
+    elsewhere = run_script(SCRIPT, *args[:2], "--out-dir", str(tmp_path / "clone"), *args[4:], timeout=300)
+    assert elsewhere.returncode == 0, elsewhere.stderr[-3000:]
+    assert elsewhere.stdout.count("not rerun") == 2 and "running" not in elsewhere.stdout
+    for e in entries:
+        assert table_row(report.read_text(), e.name) == table_row(text, e.name)
 
     (out_dir / "tabular-grid" / "summary.json").unlink()  # as a run stopped before its summary leaves it
+    (records / "tabular-grid.json").unlink()
     third = run_script(SCRIPT, *args, timeout=300)
     assert third.returncode == 0, third.stderr[-3000:]
     assert "tabular-grid: resuming: python dqn_tabular_q.py --resume" in third.stdout
