@@ -304,19 +304,29 @@ def make_train(config: Config, log_fn=None):
     return lambda rng: run(rng, init(rng), jnp.arange(num_iterations(config)))
 
 
-def deterministic_policy(config: Config, runner):
-    """`act(obs batch) -> actions`: one agent's deterministic policy (argmax / mean action), with training's
-    observation statistics frozen."""
+def actor_distribution(config: Config, runner):
+    """`pi(obs batch) -> distribution`: one agent's actor, with training's observation statistics frozen."""
     env, env_params = envs.make_vec(config.env, 1)
     actor, _, _, _ = make_networks(config, env, env_params)
     stats = envs.observation_stats(runner.env_state)
 
-    def act(obs):
+    def pi(obs):
         if stats is not None:
             obs = envs.normalize_observation(stats, obs)
-        return actor.apply(runner.train_state.params["actor"], obs).mode()
+        return actor.apply(runner.train_state.params["actor"], obs)
 
-    return act
+    return pi
+
+
+def deterministic_policy(config: Config, runner):
+    """`act(obs batch) -> actions`: one agent's deterministic policy (argmax / mean action)."""
+    pi = actor_distribution(config, runner)
+    return lambda obs: pi(obs).mode()
+
+
+def sampled_policy(config: Config, runner, key):
+    """The policy training acts with, each action sampled from the actor (--eval --eval-sampled)."""
+    return envs.sampling_policy(actor_distribution(config, runner), key)
 
 
 def validate(config: Config):
@@ -337,7 +347,7 @@ METRIC_KEYS = ("env_steps", "episodes", "episode_return", "episode_length",
 
 ALGORITHM = harness.Algorithm(
     config=Config, make_train_parts=make_train_parts, num_iterations=num_iterations,
-    policy=deterministic_policy, metric_keys=METRIC_KEYS, validate=validate,
+    policy=deterministic_policy, sampled_policy=sampled_policy, metric_keys=METRIC_KEYS, validate=validate,
     nonfinite_hint="lower --learning-rate or --max-grad-norm",
     chunk_steps=3_000_000, size_flags=("num_envs", "num_steps", "hidden_size"),  # ~120k env steps/s on CartPole
 )

@@ -338,8 +338,8 @@ def make_train(config: Config, log_fn=None):
     return lambda rng: run(rng, init(rng), jnp.arange(num_iterations(config)))
 
 
-def deterministic_policy(config: Config, runner):
-    """One agent's deterministic policy (argmax / mean action) with its memory, as an `envs.RecurrentPolicy`, with
+def policy_step(config: Config, runner):
+    """`step(memory, obs, start) -> (memory, distribution)`: one agent's GRU policy on a batch of observations, with
     training's observation statistics frozen."""
     env, env_params = envs.make_vec(config.env, 1)
     network, discrete, _ = make_network(config, env, env_params)
@@ -349,9 +349,34 @@ def deterministic_policy(config: Config, runner):
         if stats is not None:
             obs = envs.normalize_observation(stats, obs)
         memory, pi, _ = network.apply(runner.train_state.params, memory, obs[None], start[None])
-        return memory, distribution(jax.tree.map(lambda x: x[0], pi), discrete).mode()
+        return memory, distribution(jax.tree.map(lambda x: x[0], pi), discrete)
+
+    return step
+
+
+def deterministic_policy(config: Config, runner):
+    """One agent's deterministic policy (argmax / mean action) with its memory, as an `envs.RecurrentPolicy`."""
+    pi = policy_step(config, runner)
+
+    def step(memory, obs, start):
+        memory, dist = pi(memory, obs, start)
+        return memory, dist.mode()
 
     return envs.RecurrentPolicy(lambda num_envs: jnp.zeros((num_envs, config.gru_size)), step)
+
+
+def sampled_policy(config: Config, runner, key):
+    """The policy training acts with (--eval --eval-sampled): its memory is the GRU's and a PRNG key, each action
+    sampled from the policy's distribution."""
+    pi = policy_step(config, runner)
+
+    def step(memory, obs, start):
+        hidden, key = memory
+        key, key_action = jax.random.split(key)
+        hidden, dist = pi(hidden, obs, start)
+        return (hidden, key), dist.sample(seed=key_action)
+
+    return envs.RecurrentPolicy(lambda num_envs: (jnp.zeros((num_envs, config.gru_size)), key), step)
 
 
 def validate(config: Config):
@@ -376,7 +401,7 @@ METRIC_KEYS = ("env_steps", "episodes", "episode_return", "episode_length",
 
 ALGORITHM = harness.Algorithm(
     config=Config, make_train_parts=make_train_parts, num_iterations=num_iterations,
-    policy=deterministic_policy, metric_keys=METRIC_KEYS, validate=validate,
+    policy=deterministic_policy, sampled_policy=sampled_policy, metric_keys=METRIC_KEYS, validate=validate,
     nonfinite_hint="lower --learning-rate or --max-grad-norm",
     chunk_steps=1_000_000, size_flags=("num_envs", "num_steps", "hidden_size", "gru_size"),
 )

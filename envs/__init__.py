@@ -58,6 +58,7 @@ __all__ = [
     "num_states",
     "observation_stats",
     "register",
+    "sampling_policy",
     "state_index",
 ]
 
@@ -342,6 +343,17 @@ def as_recurrent(policy) -> RecurrentPolicy:
     if isinstance(policy, RecurrentPolicy):
         return policy
     return RecurrentPolicy(lambda num_envs: (), lambda carry, obs, start: (carry, policy(obs)))
+
+
+def sampling_policy(distribution, key) -> RecurrentPolicy:
+    """A feed-forward policy that acts as in training, sampling each action from `distribution(obs batch) -> a
+    distrax distribution`: a `RecurrentPolicy` whose memory is its PRNG key, split at every step."""
+
+    def step(key, obs, start):
+        key, key_action = jax.random.split(key)
+        return key, distribution(obs).sample(seed=key_action)
+
+    return RecurrentPolicy(lambda num_envs: key, step)
 
 
 def evaluate(env, env_params, policy, key, num_steps: int):

@@ -1,5 +1,6 @@
 """The returns of the agents' deterministic policies on fresh episodes: at the end of training (summary.json's
-`eval_return`) and with --eval on a saved run, on the same episodes; --gif draws one of them."""
+`eval_return`) and with --eval on a saved run, on the same episodes (--eval-sampled: of the policies training acts
+with, sampling their actions); --gif draws one of them."""
 
 import dataclasses
 import os
@@ -29,15 +30,16 @@ def evaluation_keys(keys) -> np.ndarray:
     return np.asarray(jax.vmap(lambda key: jax.random.fold_in(key, EVALUATION_FOLD))(keys))
 
 
-def make_evaluate(algorithm, config, with_stats=True):
+def make_evaluate(algorithm, config, with_stats=True, sampled=False):
     """`evaluate(key, runner) -> (returns (eval_episodes,), final stats)` of one agent: the first episode of each of
-    `eval_episodes` envs played by its deterministic policy, and the algorithm's `final_stats`."""
+    `eval_episodes` envs played by its deterministic policy (`sampled`: its sampled policy, on the same episodes),
+    and the algorithm's `final_stats`."""
     import envs
 
     env, env_params = envs.make_vec(config.env, config.eval_episodes)
 
     def evaluate(key, runner):
-        act = algorithm.policy(config, runner)
+        act = eval_policy(algorithm, config, runner, key, sampled)
         returns = envs.evaluate(env, env_params, act, key, env_params.max_steps_in_episode)
         stats = algorithm.final_stats(config, runner) if with_stats and algorithm.final_stats else {}
         return returns, stats
@@ -45,12 +47,24 @@ def make_evaluate(algorithm, config, with_stats=True):
     return evaluate
 
 
+def eval_policy(algorithm, config, runner, key, sampled):
+    """The deterministic policy, or (`sampled`) the sampled one, drawing its actions from a key folded from `key`
+    (the episodes' key): the same episodes either way."""
+    if not sampled:
+        return algorithm.policy(config, runner)
+    return algorithm.sampled_policy(config, runner, jax.random.fold_in(key, EVALUATION_FOLD))
+
+
 def evaluate_run(algorithm, config):
     """--eval: the deterministic policies of a saved run, on the same episodes as its summary's eval_return (unless
-    --eval-episodes changes their number); --gif draws one episode of agent --seed-index."""
+    --eval-episodes changes their number; --eval-sampled: the policies training acts with, on the same episodes);
+    --gif draws one episode of agent --seed-index."""
     import envs
 
     check_paths(config)
+    if config.eval_sampled and algorithm.sampled_policy is None:
+        raise ConfigError(f"--eval-sampled: {algorithm.name}'s policy is deterministic (its evaluation acts as it "
+                          "does); drop --eval-sampled")
     saved = read_run_config(algorithm, config.eval, "--eval", config.env)
     episodes = saved["eval_episodes"] if config.eval_episodes == algorithm.config().eval_episodes else \
         config.eval_episodes
@@ -85,16 +99,17 @@ def evaluate_run(algorithm, config):
         raise ConfigError(f"--eval: {config.eval} has no checkpoint in checkpoints/ yet; it was stopped or killed "
                           "before its first chunk ended: --resume it")
     runner, _, done = restored
-    evaluate = jax.jit(jax.vmap(lambda key, runner, swept: make_evaluate(algorithm, parts(swept)[0], False)(
-        key, runner))).lower(jax.ShapeDtypeStruct(keys.shape, keys.dtype), abstract_runner, swept).compile()
+    evaluate = jax.jit(jax.vmap(lambda key, runner, swept: make_evaluate(
+        algorithm, parts(swept)[0], False, config.eval_sampled)(key, runner)))
+    evaluate = evaluate.lower(jax.ShapeDtypeStruct(keys.shape, keys.dtype), abstract_runner, swept).compile()
     state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(abstract_runner))
     check_memory(run_config, algorithm, [], state_bytes, 0, evaluate)  # before it runs
     eval_keys = evaluation_keys(keys)
     returns, _ = evaluate(eval_keys, runner, swept)
     returns = np.asarray(returns)
     indices = range(len(keys)) if config.seed_index is None else [config.seed_index]
-    print(f"{name} on {run_config.env}, checkpoint after {done} iterations: deterministic policy, {episodes} "
-          "episodes per agent")
+    which = "sampled policy (actions drawn as in training)" if config.eval_sampled else "deterministic policy"
+    print(f"{name} on {run_config.env}, checkpoint after {done} iterations: {which}, {episodes} episodes per agent")
     for i in indices:
         print(f"seed {names[i]} (index {i}): mean {returns[i].mean():.2f}  returns "
               + " ".join(f"{r:.1f}" for r in returns[i]))
@@ -102,8 +117,8 @@ def evaluate_run(algorithm, config):
         print(f"mean over agents: {returns.mean():.2f}")
     if config.gif is not None:
         index = config.seed_index or 0
-        act = algorithm.policy(parts({k: v[index].item() for k, v in swept.items()})[0],
-                               jax.tree.map(lambda x: x[index], runner))
+        act = eval_policy(algorithm, parts({k: v[index].item() for k, v in swept.items()})[0],
+                          jax.tree.map(lambda x: x[index], runner), eval_keys[index], config.eval_sampled)
         total, length = envs.record_episode(run_config.env, act, eval_keys[index], config.gif)
         print(f"one episode of seed {names[index]} (index {index}): return {total:.1f} in {length} steps, drawn "
               f"to {config.gif}")

@@ -68,6 +68,10 @@ class Flags:
     eval: str | None = None
     """do not train: load the last checkpoint of this run directory and print the returns of its deterministic
     policies over --eval-episodes episodes"""
+    eval_sampled: bool = False
+    """with --eval: act as in training, each action sampled from the policy's distribution (the figure papers that
+    evaluate the stochastic policy report, e.g. gymnax-blines), instead of the deterministic policy's argmax / mean
+    action; ppo, ppo_rnn and reinforce"""
     seed_index: int | None = None
     """with --eval: only the agent at this index of the run's agents (0 is the run's --seed); default all"""
     gif: str | None = None
@@ -91,8 +95,9 @@ class Flags:
 
 # Flags that change what is logged or where, not what is computed: they may differ on --resume and --eval.
 LOGGING_FLAGS = ("track", "wandb_project", "wandb_entity", "wandb_group", "out_dir", "run_name", "log_every",
-                 "profile", "compile_cache", "keep_checkpoints", "resume", "eval", "seed_index", "eval_episodes",
-                 "gif", "num_devices", "coordinator_address", "num_processes", "process_id", "distributed_timeout")
+                 "profile", "compile_cache", "keep_checkpoints", "resume", "eval", "eval_sampled", "seed_index",
+                 "eval_episodes", "gif", "num_devices", "coordinator_address", "num_processes", "process_id",
+                 "distributed_timeout")
 # Names an older scanrl gave to runs of dqn_tabular_q.py, whose checkpoints this version cannot read.
 OLDER_NAMES = {"dqn": "PQN moved to pqn.py", "tabular_q": "PQN moved to pqn.py"}
 MAX_SEED = 2**32 - 1  # a JAX key holds a 32-bit seed here; larger ones would alias smaller ones
@@ -201,6 +206,9 @@ def check_flags(config):
     require_positive(config, "num_seeds", "total_timesteps", "eval_episodes", "log_every", "keep_checkpoints")
     if config.num_chunks is not None:
         require_positive(config, "num_chunks")
+    if config.eval_sampled and config.eval is None:
+        raise ConfigError("--eval-sampled evaluates a saved run: add --eval <run dir> (training's own evaluation is "
+                          "the deterministic policy's)")
     require_count(config.total_timesteps, "--total-timesteps", "it")
     if not 0 <= config.seed <= MAX_SEED - (config.num_seeds - 1):
         raise ConfigError(f"--seed {config.seed} with --num-seeds {config.num_seeds}: the seeds must lie in 0 to "

@@ -182,6 +182,60 @@ def test_eval_of_one_agent_prints_its_line(finished_runs, capsys):
     assert len(lines) == 1 and lines[0].startswith(f"seed {summary['seeds'][1]} (index 1)")
 
 
+def test_eval_sampled_plays_the_policy_training_acts_with(finished_runs, capsys):
+    """--eval-sampled samples each action from the policy, as training does (the figure gymnax-blines and others
+    publish), where --eval takes its argmax. After the tiny ppo run (4 iterations on CartPole) the policy is still
+    spread out: sampled, it plays as training's last episodes did; its argmax already balances several times longer.
+    The same command gives the same returns; a deterministic script and a command without --eval are refused."""
+    import dqn_tabular_q
+    import ppo
+
+    def returns(**flags):
+        ppo.main(ppo.Config(eval=str(finished_runs["ppo"]), eval_episodes=100, **flags))
+        out = capsys.readouterr().out
+        rows = [line.split("returns ")[1].split() for line in out.splitlines() if line.startswith("seed ")]
+        return out, np.array(rows, dtype=float)
+
+    out, greedy = returns()
+    assert "deterministic policy, 100 episodes per agent" in out
+    out, sampled = returns(eval_sampled=True)
+    assert "sampled policy (actions drawn as in training), 100 episodes per agent" in out
+    assert greedy.shape == sampled.shape == (2, 100)
+    rows = read_csv(finished_runs["ppo"] / "metrics.csv")
+    column = rows[0].index("episode_return")
+    training = np.array([float(row[column]) for row in rows[1:] if row[1] == "4"])  # the last iteration, per seed
+    assert (0.7 * training < sampled.mean(axis=1)).all() and (sampled.mean(axis=1) < 1.4 * training).all()
+    assert (greedy.mean(axis=1) > 3 * training).all()
+    np.testing.assert_array_equal(returns(eval_sampled=True)[1], sampled)
+
+    code, err = exit_code_and_error(capsys, dqn_tabular_q.main, dqn_tabular_q.Config(
+        eval=str(finished_runs["tabular_q"]), eval_sampled=True))
+    assert code == 2 and err == ["error: --eval-sampled: dqn_tabular_q's policy is deterministic (its evaluation "
+                                 "acts as it does); drop --eval-sampled"], err
+    code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(eval_sampled=True))
+    assert code == 2 and len(err) == 1 and err[0].startswith("error: --eval-sampled evaluates a saved run: add "
+                                                             "--eval <run dir>"), err
+
+
+@pytest.mark.parametrize("script", ["ppo", "ppo_rnn", "reinforce", "td3", "dqn_tabular_q", "pqn"])
+def test_an_untrained_sampled_policy_plays_like_a_random_one(script):
+    """Each script's sampled policy (ppo_rnn's carries its GRU memory beside the key): untrained, its actor is close
+    to uniform, so on CartPole it balances about as long as a uniformly random policy (22.05 steps on average over
+    1,000 episodes, benchmarks/learning.py). Greedy-Q and TD3 scripts have none: --eval-sampled refuses them."""
+    from harness.evaluation import make_evaluate
+
+    module = importlib.import_module(script)
+    if script in ("td3", "dqn_tabular_q", "pqn"):
+        assert module.ALGORITHM.sampled_policy is None
+        return
+    config = module.Config(env="CartPole-v1", eval_episodes=200)
+    init, _ = module.make_train_parts(config)
+    runner = init(jax.random.PRNGKey(0))
+    evaluate = jax.jit(make_evaluate(module.ALGORITHM, config, with_stats=False, sampled=True))
+    returns, _ = evaluate(jax.random.PRNGKey(1), runner)
+    assert 18 < float(returns.mean()) < 27, returns.mean()
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_nonfinite_stops_run_and_keeps_last_good_checkpoint(case, tmp_path, capsys):
     """A diverging run stops at the end of the chunk where a value first went non-finite, names the seeds and the
