@@ -34,6 +34,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -94,6 +95,9 @@ class Entry:
     """skipped, with a message, where JAX sees no GPU"""
     seed: int = 0
     """--seed: the entry's seeds are seed, seed + 1, ..."""
+    sampled_episodes: int = 0
+    """above 0: once trained, the final policies are also evaluated with --eval-sampled (actions sampled, as in
+    training) on this many episodes per seed, for a published figure of that kind; the report adds its column"""
 
 
 # Normalisation per env: (low, high, where high comes from). low: a uniformly random policy's mean return over 1,000
@@ -185,6 +189,9 @@ MASKED_NONE = Reference(None, "none found", "POPGym's StatelessCartPole (Morad e
                         "lengths and a normalised score: no published return for a 500-step CartPole without "
                         "velocities")
 MINATAR_NONE = Reference(None, "none found", "MinAtar and PQN papers: curves only")
+# gymnax-blines evaluates its PPO checkpoints' sampled policies (utils/ppo.py: pi.sample), over num_test_rollouts = 164
+# episodes (agents/<game>/ppo.yaml): the entries compared with them are evaluated so too (Entry.sampled_episodes).
+GYMNAX_EPISODES = 164
 # gymnax README's environment table: gymnax-blines' PPO checkpoints (agents/<game>/ppo.yaml: 10M steps), "R: <return>".
 GYMNAX_MINATAR = {game: Reference(value, f"{value:g}", "gymnax README: gymnax-blines PPO checkpoint, 10M steps")
                   for game, value in (("Asterix", 15.0), ("Breakout", 28.0), ("Freeway", 58.0),
@@ -221,7 +228,8 @@ SUITES = {
               PPO_GYMNAX_BLINES_CONTINUOUS, GYMNAX_MCC),
         # gymnax-blines PPO and purejaxql's PPO on MinAtar: 10M (ppo.yaml num_train_steps, ppo_minatar.yaml).
         *(entry(f"ppo-{game}-MinAtar", "ppo", "ppo.py", f"{game}-MinAtar", 10_000_000, 10, PPO_MINATAR,
-                GYMNAX_MINATAR[game]) for game in ("Asterix", "Breakout", "Freeway", "SpaceInvaders")),
+                GYMNAX_MINATAR[game], sampled_episodes=GYMNAX_EPISODES)
+          for game in ("Asterix", "Breakout", "Freeway", "SpaceInvaders")),
         # ppo_rnn.py on tasks that need memory: its default budget (500k) on the masked CartPole, 100k on MemoryChain.
         entry("ppo_rnn-CartPole-v1-masked", "ppo_rnn", "ppo_rnn.py", "CartPole-v1-masked", 500_000, 10, (),
               MASKED_NONE),
@@ -288,7 +296,7 @@ SUITES["quick"] = tuple(dataclasses.replace(_FULL[name], total_timesteps=steps o
 # seeds: 1.7 h a game, so it is not in this suite.
 SUITES["minatar"] = (
     *(entry(f"ppo-{game}-MinAtar", "ppo", "ppo.py", f"{game}-MinAtar", 10_000_000, 6, PPO_MINATAR,
-            GYMNAX_MINATAR.get(game, MINATAR_NONE)) for game in MINATAR_GAMES),
+            GYMNAX_MINATAR.get(game, MINATAR_NONE), sampled_episodes=GYMNAX_EPISODES) for game in MINATAR_GAMES),
     *(entry(f"pqn-{game}-MinAtar", "pqn", "pqn.py", f"{game}-MinAtar", 10_000_000, 10, PQN_MINATAR, MINATAR_NONE)
       for game in MINATAR_GAMES),
 )
@@ -489,6 +497,42 @@ def command(e: Entry, out_dir, run_dir) -> list[str]:
             str(e.num_seeds), "--seed", str(e.seed), "--out-dir", out_dir, "--run-name", e.name, *e.flags]
 
 
+def evaluate_sampled(e: Entry, run_dir, head) -> bool:
+    """Adds the final policies' returns with actions sampled (`--eval-sampled`, `e.sampled_episodes` episodes per
+    seed) to the run's MACHINE_FILE, unless it holds them already or the entry asks for none; False if it failed."""
+    path = os.path.join(run_dir, MACHINE_FILE)
+    run = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            run = json.load(f)
+    if e.sampled_episodes <= 0 or run.get("sampled_eval", {}).get("episodes") == e.sampled_episodes:
+        return True
+    cmd = [sys.executable, e.script, "--eval", run_dir, "--eval-sampled", "--eval-episodes", str(e.sampled_episodes)]
+    print(f"{head}: the sampled policies, {e.sampled_episodes} episodes per seed: python {' '.join(cmd[1:])}",
+          flush=True)
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    means = [float(m) for m in re.findall(r"^seed \S+ \(index \d+\): mean (\S+)", done.stdout, re.MULTILINE)]
+    if done.returncode != 0 or len(means) != e.num_seeds:
+        why = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        print(f"{head}: the sampled evaluation failed ({why})", flush=True)
+        return False
+    run["sampled_eval"] = {"episodes": e.sampled_episodes, "per_seed": means}
+    with open(path + ".tmp", "w") as f:
+        json.dump(run, f, indent=2)
+    os.replace(path + ".tmp", path)
+    print(f"{head}: sampled policies' mean return per seed: {' '.join(f'{m:.2f}' for m in means)}", flush=True)
+    return True
+
+
+def read_json(run_dir, name) -> dict:
+    """A JSON file of a run directory; {} where there is none."""
+    path = os.path.join(run_dir, name)
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
 def record_path(records, e: Entry) -> str | None:
     return None if records is None else os.path.join(records, f"{e.name}.json")
 
@@ -496,15 +540,9 @@ def record_path(records, e: Entry) -> str | None:
 def write_record(e: Entry, run_dir, records) -> str:
     """A finished run's record: config.json, summary.json, the runner's MACHINE_FILE and the binned curve of
     metrics.csv, in one JSON file (NaN as null), written whole or not at all; -> its path."""
-    def load(name):
-        path = os.path.join(run_dir, name)
-        if not os.path.exists(path):
-            return {}
-        with open(path) as f:
-            return json.load(f)
-
     steps, returns = read_curve(run_dir)
-    record = {"config": load("config.json"), "summary": load("summary.json"), "run": load(MACHINE_FILE),
+    record = {"config": read_json(run_dir, "config.json"), "summary": read_json(run_dir, "summary.json"),
+              "run": read_json(run_dir, MACHINE_FILE),
               "curve": {"env_steps": steps.tolist(),
                         "episode_return": [[None if np.isnan(v) else v for v in row] for row in returns.tolist()]}}
     path = record_path(records, e)
@@ -544,7 +582,9 @@ def run_entries(entries, out_dir, records=None) -> list[str]:
         head = f"[{i + 1}/{len(entries)}] {e.name}"
         if os.path.exists(os.path.join(run_dir, "summary.json")):
             print(f"{head}: finished before ({run_dir}/summary.json), not rerun", flush=True)
-            if records is not None and not os.path.exists(record_path(records, e)):
+            if not evaluate_sampled(e, run_dir, head):
+                failed.append(e.name)
+            elif records is not None and (read_record(e, records) or {}).get("run") != read_json(run_dir, MACHINE_FILE):
                 print(f"{head}: recorded in {shown(write_record(e, run_dir, records))}", flush=True)
             continue
         if read_record(e, records) is not None:
@@ -580,7 +620,9 @@ def run_entries(entries, out_dir, records=None) -> list[str]:
             json.dump({"machine": this_machine, "wall_s": wall_s, "resumed": resumed,
                        "finished": datetime.datetime.now().isoformat(timespec="seconds")}, f, indent=2)
         print(f"{head}: done in {wall_s:.0f} s", flush=True)
-        if records is not None:
+        if not evaluate_sampled(e, run_dir, head):
+            failed.append(e.name)
+        elif records is not None:
             print(f"{head}: recorded in {shown(write_record(e, run_dir, records))}", flush=True)
     return failed
 
@@ -830,6 +872,7 @@ def write_report(suite_name, entries, out_dir, results_path, suite_flag=None, re
     `suite_flag`: how the command line named the suite (default `--suite <name>`)."""
     results = [r for r in (read_result(e, out_dir, records) for e in entries) if r is not None]
     recorded = [r.entry.name for r in results if r.source.endswith(".json")]
+    sampled = any(e.sampled_episodes > 0 for e in entries)
     missing = [e for e in entries if e.name not in {r.entry.name for r in results}]
     machines = list(dict.fromkeys(describe_machine(r.extra["machine"]) for r in results if r.extra.get("machine")))
     suite_flag = suite_flag or f"--suite {suite_name}"
@@ -848,15 +891,22 @@ def write_report(suite_name, entries, out_dir, results_path, suite_flag=None, re
              "last 10% of training, one value per seed. IQM: the mean of the middle 50% of seeds (Agarwal et al. "
              f"2021), with a 95% stratified-bootstrap interval ({aggregate.INTERVAL_REPS:,} resamples, seed 0). "
              "std is over seeds (ddof 0). train s and compile s are the run's own (train s counts only the last "
-             "invocation of a resumed run).", "",
+             "invocation of a resumed run)."
+             + (" The sampled return is the final policies' mean return acting as in training, each action "
+                "sampled, on the number of episodes per seed named (`--eval <run> --eval-sampled`): the figure "
+                "that sources evaluating the stochastic policy publish (gymnax-blines)." if sampled else ""), "",
              "| entry | env | seeds | env steps per seed | eval return IQM [95% CI] | final return IQM [95% CI] "
-             "| eval mean ± std | eval min | train s | compile s | published | source |",
-             "|---|---|---:|---:|---|---|---|---:|---:|---:|---|---|"]
+             + ("| sampled return IQM [95% CI] (episodes per seed) " if sampled else "")
+             + "| eval mean ± std | eval min | train s | compile s | published | source |",
+             "|---|---|---:|---:|---|---|" + ("---|" if sampled else "") + "---|---:|---:|---:|---|---|"]
     for r in results:
         e, s, ev = r.entry, r.summary, r.eval_return[~np.isnan(r.eval_return)]
         mean_std = f"{fmt(ev.mean())} ± {fmt(ev.std())}" if ev.size else "-"
+        run_sampled = r.extra.get("sampled_eval")
+        cell = "" if not sampled else "| - " if not run_sampled else \
+            f"| {iqm_cell(np.array(run_sampled['per_seed']))} ({run_sampled['episodes']}) "
         lines.append(f"| {e.name} | {e.env} | {s['num_seeds']} | {s['env_steps']:,} | {iqm_cell(r.eval_return)} "
-                     f"| {iqm_cell(r.final_return)} | {mean_std} | {fmt(ev.min()) if ev.size else '-'} "
+                     f"| {iqm_cell(r.final_return)} {cell}| {mean_std} | {fmt(ev.min()) if ev.size else '-'} "
                      f"| {fmt(s.get('train_s'), 3)} | {fmt(s.get('compile_s'), 2)} | {e.reference.text} "
                      f"| {e.reference.source} |")
     if missing:

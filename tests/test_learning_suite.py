@@ -219,7 +219,7 @@ def test_cli_report_only_runs_nothing(run_script, fabricated, tmp_path):
 def test_cli_runs_a_tiny_suite_then_reruns_nothing_and_resumes_what_stopped(run_script, tmp_path):
     entries = (
         learning.entry("ppo-cart", "ppo", "ppo.py", "CartPole-v1", 2048, 2, ("--num-envs", "4", "--num-steps", "64"),
-                       learning.Reference(490.04, "490.04 ± 6.12", "CleanRL docs")),
+                       learning.Reference(490.04, "490.04 ± 6.12", "CleanRL docs"), sampled_episodes=5),
         learning.entry("tabular-grid", "tabular_q", "dqn_tabular_q.py", "GridWorld-v0", 20_000, 2,
                        ("--agent", "tabular")),
     )
@@ -239,6 +239,11 @@ def test_cli_runs_a_tiny_suite_then_reruns_nothing_and_resumes_what_stopped(run_
         assert table_row(text, e.name)[4].startswith(f"{learning.fmt(expected['iqm'])} [")
         assert json.loads((out_dir / e.name / learning.MACHINE_FILE).read_text())["machine"]["cores"] >= 1
         assert json.loads((records / f"{e.name}.json").read_text())["summary"] == summary
+    # ppo-cart asks for its sampled policies' returns too: --eval-sampled's per-seed means, in the table.
+    sampled = json.loads((out_dir / "ppo-cart" / learning.MACHINE_FILE).read_text())["sampled_eval"]
+    assert sampled["episodes"] == 5 and len(sampled["per_seed"]) == 2 and all(m > 0 for m in sampled["per_seed"])
+    assert table_row(text, "ppo-cart")[6] == f"{learning.iqm_cell(np.array(sampled['per_seed']))} (5)"
+    assert table_row(text, "tabular-grid")[6] == "-"
     for name in ("ppo_curves", "ppo_profile", "tabular_q_curves", "tabular_q_profile"):
         assert (report.parent / f"learning_tiny_{name}.png").read_bytes()[:8] == PNG
 
