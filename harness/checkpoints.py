@@ -108,8 +108,9 @@ class Checkpoints:
                                       f"this version of the script makes (it changed since the run was written, or "
                                       "the run is an older scanrl's); use the version that wrote it, or start a new "
                                       "run") from None
-                errors.append(f"checkpoint {where} cannot be read ({type(error).__name__}: "
-                              f"{str(error).strip().splitlines()[0][:200] if str(error).strip() else ''}); it is "
+                # tensorstore's first line ends in "See full TensorStore details: <bound method pybind11...>"
+                first = (str(error).strip().splitlines() or [""])[0].split(" See full TensorStore details")[0]
+                errors.append(f"checkpoint {where} cannot be read ({type(error).__name__}: {first[:200]}); it is "
                               "damaged or incomplete")
                 print(f"warning: {errors[-1]}; trying an older one", flush=True)
                 continue
