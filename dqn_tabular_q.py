@@ -8,10 +8,10 @@ once; the Q-table (or the Q-network, its target network and the replay buffer) l
     python dqn_tabular_q.py --env CartPole-v1 --num-seeds 4
 
 Writes `<out-dir>/<run-name>/`: config.json, metrics.csv, learning_curve.png, summary.json and, on GridWorld-v0,
-q_values.png (max_a Q per cell, greedy actions); with `--track`, a wandb run. The rest is the harness's (harness/).
+q_values.png (max_a Q per cell, greedy actions); with `--track`, a wandb run. The rest is the harness's (scanrl/harness/).
 """
 
-import harness
+from scanrl import harness
 
 harness.prepare_jax(__name__)  # first: --help at once, XLA's flags (a device per core), a multi-process run
 
@@ -26,8 +26,8 @@ import optax
 from flax import struct
 from flax.training.train_state import TrainState
 
-import envs
-from envs import gridworld
+from scanrl import envs
+from scanrl.envs import gridworld
 
 
 @dataclass(frozen=True)

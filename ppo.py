@@ -8,10 +8,10 @@ The whole training run (rollout, advantages, update epochs) is one `lax.scan` in
 
 Writes `<out-dir>/<run-name>/`: config.json, metrics.csv (one row per update and agent), learning_curve.png and
 summary.json; with `--track`, a wandb run as well. All but the algorithm (the flags every script shares, the run
-directory, checkpoints and --resume, --eval, sweeps, devices and processes, wandb) is the harness's (harness/).
+directory, checkpoints and --resume, --eval, sweeps, devices and processes, wandb) is the harness's (scanrl/harness/).
 """
 
-import harness
+from scanrl import harness
 
 harness.prepare_jax(__name__)  # first: --help at once, XLA's flags (a device per core), a multi-process run
 
@@ -26,7 +26,7 @@ import numpy as np
 import optax
 from flax.training.train_state import TrainState
 
-import envs
+from scanrl import envs
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,10 @@ episode; the memory resets to zeros where an episode starts; the rollout keeps t
 update replays whole env sequences from it (minibatches are envs, not shuffled time steps: truncated backprop
 through the rollout); a truncated episode bootstraps from its final observation seen with its own memory. The
 harness evaluates the policy with its memory (envs.RecurrentPolicy). Writes what ppo.py writes; the run
-directory, checkpoints, --resume, --eval, --gif, sweeps, devices and wandb are the harness's (harness/).
+directory, checkpoints, --resume, --eval, --gif, sweeps, devices and wandb are the harness's (scanrl/harness/).
 """
 
-import harness
+from scanrl import harness
 
 harness.prepare_jax(__name__)  # first: --help at once, XLA's flags (a device per core), a multi-process run
 
@@ -28,7 +28,7 @@ import numpy as np
 import optax
 from flax.training.train_state import TrainState
 
-import envs
+from scanrl import envs
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,10 @@ in the same compiled program:
     python pqn.py --env Acrobot-v1 --num-seeds 8 --sweep q_lambda=0.5,0.8
 
 Writes `<out-dir>/<run-name>/`: config.json, metrics.csv (one row per update and agent), learning_curve.png and
-summary.json; with `--track`, a wandb run as well. All but the algorithm is the harness's (harness/).
+summary.json; with `--track`, a wandb run as well. All but the algorithm is the harness's (scanrl/harness/).
 """
 
-import harness
+from scanrl import harness
 
 harness.prepare_jax(__name__)  # first: --help at once, XLA's flags (a device per core), a multi-process run
 
@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import optax
 from flax.training.train_state import TrainState
 
-import envs
+from scanrl import envs
 
 
 @dataclass(frozen=True)

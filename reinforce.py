@@ -9,10 +9,10 @@ full-batch value steps. The whole run is one `lax.scan` inside one `jax.jit`, an
     python reinforce.py --baseline none     # plain REINFORCE with discounted reward-to-go
 
 Writes `<out-dir>/<run-name>/`: config.json, metrics.csv (one row per epoch and agent), learning_curve.png and
-summary.json; with `--track`, a wandb run as well. All but the algorithm is the harness's (harness/).
+summary.json; with `--track`, a wandb run as well. All but the algorithm is the harness's (scanrl/harness/).
 """
 
-import harness
+from scanrl import harness
 
 harness.prepare_jax(__name__)  # first: --help at once, XLA's flags (a device per core), a multi-process run
 
@@ -27,7 +27,7 @@ import numpy as np
 import optax
 from flax.training.train_state import TrainState
 
-import envs
+from scanrl import envs
 
 
 @dataclass(frozen=True)

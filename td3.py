@@ -10,10 +10,10 @@ Acting, storing, sampling and updating all run in one `jax.jit` (nested `lax.sca
 
 Writes `<out-dir>/<run-name>/`: config.json, metrics.csv (one row per `--log-every` env steps and agent),
 learning_curve.png and summary.json; with `--track`, a wandb run as well. All but the algorithm is the harness's
-(harness/).
+(scanrl/harness/).
 """
 
-import harness
+from scanrl import harness
 
 harness.prepare_jax(__name__)  # first: --help at once, XLA's flags (a device per core), a multi-process run
 
@@ -27,7 +27,7 @@ import optax
 from flax import struct
 from flax.training.train_state import TrainState
 
-import envs
+from scanrl import envs
 
 
 @dataclass(frozen=True)

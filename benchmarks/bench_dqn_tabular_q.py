@@ -25,8 +25,8 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 import dqn_tabular_q as dq  # noqa: E402
-import harness  # noqa: E402
 import pqn  # noqa: E402
+from scanrl import harness  # noqa: E402
 
 # (label, config overrides); total_timesteps is per agent
 CASES = {

@@ -47,9 +47,9 @@ if HAVE_TORCH:
     import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import harness  # noqa: E402
 import ppo  # noqa: E402
 import reinforce  # noqa: E402
+from scanrl import harness  # noqa: E402
 
 ENV_ID = "CartPole-v1"  # the same id in gymnax and gymnasium
 

@@ -21,7 +21,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import tyro  # noqa: E402
 
-import harness  # noqa: E402
+from scanrl import harness  # noqa: E402
 
 harness.prepare_jax("bench_interleaved")  # the scripts' XLA_FLAGS (the scheduler guard), before the backend
 

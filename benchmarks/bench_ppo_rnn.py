@@ -39,7 +39,7 @@ source_dir, env_id, total_timesteps, num_seeds = sys.argv[1], sys.argv[2], int(s
 sys.path[:0] = [os.path.join(source_dir, "purejaxrl"), sys.argv[5]]
 sys.modules["navix"] = types.ModuleType("navix")
 import jax, jax.numpy as jnp
-import envs
+from scanrl import envs
 
 class FiveValues:
     """gymnax 0.0.x's step API over a gymnax 1.x env: (obs, state, reward, done, info)."""

@@ -26,7 +26,7 @@ CHILD = r"""
 import json, sys, time
 sys.path.insert(0, {root!r})
 import jax
-import envs
+from scanrl import envs
 
 env_id, num_envs, steps = {env_id!r}, {num_envs}, {steps}
 env, params = envs.make_vec(env_id, num_envs)
@@ -75,7 +75,7 @@ def measure(env_id, num_envs, steps) -> dict:
 
 def main(args: Args) -> int:
     sys.path.insert(0, ROOT)
-    import envs
+    from scanrl import envs
 
     chosen = []
     for env_id in args.envs:

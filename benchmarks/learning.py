@@ -46,7 +46,7 @@ import tyro
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from harness import aggregate  # noqa: E402
+from scanrl.harness import aggregate  # noqa: E402
 
 # The name each script writes into config.json's "algo", by the suite's algorithm label.
 SCRIPT_ALGO = {"ppo": "ppo", "ppo_rnn": "ppo_rnn", "dqn": "dqn_tabular_q", "pqn": "pqn", "vpg": "reinforce",
@@ -123,7 +123,7 @@ SCORE_RANGES = {
     "Craftax-Classic-Symbolic-v1": (1.58, 22.0, "its most: 22 achievements, +1 each the first time (the health "
                                     "rewards add up to at most 0)"),
     "playground/CartpoleBalance": (358.0, 1000.0, "the most an episode can earn: 1,000 steps of reward 1 at most"),
-    "GridWorld-v0": (0.226, 1.0, "the optimum: reward 1 at the goal (envs/gridworld.py)"),
+    "GridWorld-v0": (0.226, 1.0, "the optimum: reward 1 at the goal (scanrl/envs/gridworld.py)"),
     "FrozenLake-misc": (0.016, 0.7, "gymnasium reward_threshold of FrozenLake-v1 (4x4, slippery)"),
     "brax/halfcheetah:mjx": (-283.5, None, "best eval IQM in this report"),
 }
@@ -182,7 +182,7 @@ TD3_HALFCHEETAH = Reference(9636.95, "9636.95 ± 859.07", "Fujimoto et al. 2018,
                             "max average return, 10 trials of 1M steps (another simulator than Brax)")
 TD3_PENDULUM = Reference(-151.855, "-151.86 ± 90.23", "rl-baselines3-zoo benchmark.md: SB3 TD3 (1 update a step), "
                          "20k steps, one run, std over 750 eval episodes")
-GRIDWORLD_OPTIMUM = Reference(1.0, "none found (optimum 1.0)", "envs/gridworld.py: reward 1 at the goal")
+GRIDWORLD_OPTIMUM = Reference(1.0, "none found (optimum 1.0)", "scanrl/envs/gridworld.py: reward 1 at the goal")
 FROZENLAKE_SOLVED = Reference(0.7, "0.70 (solved)", "gymnasium FrozenLake-v1 reward_threshold (4x4, slippery)")
 MEMORY_CHAIN_OPTIMUM = Reference(1.0, "none found (optimum 1.0)", "gymnax MemoryChain-bsuite: +1 right, -1 wrong")
 MASKED_NONE = Reference(None, "none found", "POPGym's StatelessCartPole (Morad et al. 2023) has other episode "
@@ -627,7 +627,7 @@ def run_entries(entries, out_dir, records=None) -> list[str]:
     return failed
 
 
-# The optional suites by id prefix: (package, requirements file). envs/<suite>.py knows the same, but importing envs
+# The optional suites by id prefix: (package, requirements file). scanrl/envs/<suite>.py knows the same, but importing envs
 # imports gymnax, which starts JAX in this process: the runs need the accelerator to themselves.
 SUITE_PACKAGES = {"brax/": ("brax", "brax"), "playground/": ("mujoco_playground", "playground"),
                   "Craftax-": ("craftax", "craftax"), "MiniGrid-": ("xminigrid", "xminigrid")}
@@ -647,7 +647,7 @@ def random_policy_returns(env_id, episodes, seed=0) -> np.ndarray:
     import jax
     import jax.numpy as jnp
 
-    import envs
+    from scanrl import envs
 
     env, params = envs.make_vec(env_id, episodes)
     space = env.action_space(params)

@@ -1,4 +1,4 @@
-"""harness/aggregate.py: IQM, stratified-bootstrap intervals, performance profiles and normalisation, against hand
+"""scanrl/harness/aggregate.py: IQM, stratified-bootstrap intervals, performance profiles and normalisation, against hand
 computed values, scipy.stats.trim_mean and plain-Python loops."""
 
 import json
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from harness import aggregate
+from scanrl.harness import aggregate
 
 FINITE = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False)
 # Scores with ties: few distinct values.

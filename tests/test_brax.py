@@ -1,4 +1,4 @@
-"""The Brax adapter (envs/brax.py): episode semantics on a stand-in physics, the id syntax, the missing-brax
+"""The Brax adapter (scanrl/envs/brax.py): episode semantics on a stand-in physics, the id syntax, the missing-brax
 error, and a short td3.py run on brax/halfcheetah (skipped when brax is not installed)."""
 
 import jax
@@ -8,8 +8,8 @@ import pytest
 from conftest import read_run
 from flax import struct
 
-import envs
-from envs import brax as brax_envs
+from scanrl import envs
+from scanrl.envs import brax as brax_envs
 
 
 @struct.dataclass

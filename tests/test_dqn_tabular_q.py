@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dqn_tabular_q as dq
-import harness
+from scanrl import harness
 from tests.conftest import read_run
 
 

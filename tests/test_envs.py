@@ -1,4 +1,4 @@
-"""envs/: make, the wrappers (episode statistics across auto-resets, termination vs truncation, flattening,
+"""scanrl/envs/: make, the wrappers (episode statistics across auto-resets, termination vs truncation, flattening,
 action clipping, running normalisation) and evaluate."""
 
 from types import SimpleNamespace
@@ -12,8 +12,8 @@ from gymnax.environments import environment, spaces
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import envs
-from envs.suite import SuiteEnv
+from scanrl import envs
+from scanrl.envs.suite import SuiteEnv
 
 
 @struct.dataclass

@@ -22,9 +22,9 @@ from conftest import ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import harness
-from harness.run import default_chunks
-from harness.scale import seed_keys
+from scanrl import harness
+from scanrl.harness.run import default_chunks
+from scanrl.harness.scale import seed_keys
 
 SCRIPTS = ("ppo", "reinforce", "td3", "dqn_tabular_q", "pqn")
 
@@ -99,7 +99,7 @@ def test_an_allocation_that_still_fails_is_one_line_exit_1(tmp_path, capsys, mon
     """Where the memory check cannot see a failure coming (here: it is told there are 10 PB), XLA's
     RESOURCE_EXHAUSTED becomes one line naming the flags to lower, exit 1, no traceback."""
     import ppo
-    from harness import scale
+    from scanrl.harness import scale
 
     monkeypatch.setattr(scale, "available_memory", lambda device: (10**16, "this host"))
     with pytest.raises(SystemExit) as exited:
@@ -182,7 +182,7 @@ import os, runpy, signal, sys
 sys.path.insert(0, {root!r})
 sys.argv = ["ppo.py", *{flags!r}]
 import jax.stages
-import harness.checkpoints, harness.records
+import scanrl.harness.checkpoints, harness.records
 
 def die():
     os.kill(os.getpid(), signal.SIGKILL)

@@ -1,4 +1,4 @@
-"""Forking is safe: the contract check (harness/contract.py) passes on every script, and on a fork, which names
+"""Forking is safe: the contract check (scanrl/harness/contract.py) passes on every script, and on a fork, which names
 itself and whose new fields sweep as the config reads them; the traps of a copied script end in one line."""
 
 import dataclasses
@@ -9,8 +9,8 @@ import pytest
 from conftest import ROOT
 from test_harness import CASES, cli_flags, exit_code_and_error
 
-import harness
-from harness import contract
+from scanrl import harness
+from scanrl.harness import contract
 
 # Per case: flags of a tiny run where each numeric field shows its effect (the tabular learner with exploration
 # that decays, start-e above end-e, and episodes long enough to find the goal: with constant epsilon a sweep of

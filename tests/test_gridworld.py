@@ -1,13 +1,13 @@
 """GridWorld-v0 dynamics (moves, border clipping, goal, auto-reset, time limit, options) and the finite-state
-helpers of envs/ (`num_states`, `state_index`), also on gymnax's FrozenLake-misc."""
+helpers of scanrl/envs/ (`num_states`, `state_index`), also on gymnax's FrozenLake-misc."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import envs
-from envs.gridworld import EnvState, GridWorld
+from scanrl import envs
+from scanrl.envs.gridworld import EnvState, GridWorld
 
 RIGHT, DOWN, LEFT, UP = range(4)
 

@@ -1,4 +1,4 @@
-"""The harness (harness/), tested once: a run's outputs, chunks and checkpoints, --resume, --eval and --gif, Ctrl-C
+"""The harness (scanrl/harness/), tested once: a run's outputs, chunks and checkpoints, --resume, --eval and --gif, Ctrl-C
 and non-finite stops, the shared flags, wandb and --profile. Where the algorithm decides the outcome (what its
 runner state holds, what its non-finite flag covers, how its policy acts), a test runs every case of CASES.
 
@@ -24,10 +24,10 @@ import pytest
 from conftest import ROOT, read_run
 from PIL import Image
 
-import harness
-from harness.checkpoints import Checkpoints
-from harness.run import chunk_ends
-from harness.scale import seed_keys
+from scanrl import harness
+from scanrl.harness.checkpoints import Checkpoints
+from scanrl.harness.run import chunk_ends
+from scanrl.harness.scale import seed_keys
 
 # Per case (a script, and for dqn_tabular_q a learner): its module, a tiny run of 4 iterations with 2 agents, and what
 # plants a NaN: a learning rate that makes training diverge after at least one good iteration. These were found by
@@ -170,7 +170,7 @@ def copy_run(finished_runs, case, tmp_path):
 
 
 # Every case's --resume equals its uninterrupted run, and its --eval reproduces its summary: tests/test_forking.py
-# runs the contract check (harness/contract.py) on each.
+# runs the contract check (scanrl/harness/contract.py) on each.
 
 
 def test_eval_of_one_agent_prints_its_line(finished_runs, capsys):
@@ -222,7 +222,7 @@ def test_an_untrained_sampled_policy_plays_like_a_random_one(script):
     """Each script's sampled policy (ppo_rnn's carries its GRU memory beside the key): untrained, its actor is close
     to uniform, so on CartPole it balances about as long as a uniformly random policy (22.05 steps on average over
     1,000 episodes, benchmarks/learning.py). Greedy-Q and TD3 scripts have none: --eval-sampled refuses them."""
-    from harness.evaluation import make_evaluate
+    from scanrl.harness.evaluation import make_evaluate
 
     module = importlib.import_module(script)
     if script in ("td3", "dqn_tabular_q", "pqn"):
@@ -299,7 +299,7 @@ def test_importing_the_harness_makes_no_backend_so_processes_can_start_first():
         port = s.getsockname()[1]
     code = ("import os\n"
             "before = os.environ.get('XLA_FLAGS')\n"
-            "import harness\n"
+            "from scanrl import harness\n"
             "from jax._src import xla_bridge\n"
             "assert not xla_bridge.backends_are_initialized()\n"
             "assert os.environ.get('XLA_FLAGS') == before\n"
@@ -579,7 +579,7 @@ def test_resume_of_a_run_another_process_owns_exits_2_and_changes_nothing(finish
     (two trainers used to write one metrics.csv). That a training run holds its directory is tested with the stop
     of a single-chunk run below."""
     import ppo
-    from harness.files import RunLock
+    from scanrl.harness.files import RunLock
 
     run_dir = copy_run(finished_runs, "ppo", tmp_path)
     (run_dir / "summary.json").unlink()
@@ -635,8 +635,8 @@ def test_resume_holds_config_json_to_the_config_its_checkpoint_was_trained_with(
     run, another seed's labels on the seed-0 agents): it is refused naming the field, unless the command line names
     the field with the checkpoint's value."""
     import ppo
-    from harness.checkpoints import trained_config
-    from harness.flags import resumed_config
+    from scanrl.harness.checkpoints import trained_config
+    from scanrl.harness.flags import resumed_config
 
     run_dir = copy_run(finished_runs, "ppo", tmp_path)
     (run_dir / "summary.json").unlink()
@@ -712,7 +712,6 @@ def test_resume_sets_damaged_checkpoint_data_aside_and_goes_on_from_an_intact_on
 def test_a_signal_during_compilation_stops_before_training_saying_nothing_was_trained(tmp_path, capsys,
                                                                                        monkeypatch):
     """SIGTERM while the program compiles used to train the whole first chunk first."""
-    import harness.run
 
     compile_training = harness.run.compile_training
 
@@ -736,8 +735,8 @@ def test_a_signal_in_a_single_chunk_run_stops_where_the_iterations_under_way_end
     """With one chunk, SIGTERM was acted on only when the run had ended (exit 0): it stops after the piece of the
     chunk under way (here 1 iteration), with metrics and a checkpoint, and --resume ends with the uninterrupted
     run's metrics. While it trains, the run holds its directory: another trainer is refused, naming its pid."""
-    from harness.files import LOCK_NAME, RunLock
-    from harness.records import Progress
+    from scanrl.harness.files import LOCK_NAME, RunLock
+    from scanrl.harness.records import Progress
 
     show, shown = Progress.show, []
 
@@ -805,7 +804,7 @@ def test_profile_writes_a_trace_of_the_training_run(tmp_path, capsys):
 
 def test_evaluation_key_is_no_key_of_init():
     """fold_in(key, i) equals split(key, n)[i]; the evaluation key is folded with a number no split reaches."""
-    from harness.evaluation import evaluation_keys
+    from scanrl.harness.evaluation import evaluation_keys
 
     key = jax.random.PRNGKey(3)
     np.testing.assert_array_equal(jax.random.fold_in(key, 1), jax.random.split(key, 4)[1])  # why it matters
@@ -819,7 +818,7 @@ def test_of_many_claims_on_one_run_directory_exactly_one_wins(tmp_path):
     run directory (the old check-then-create let two runs write one metrics.csv)."""
     import threading
 
-    from harness.records import claim_run_directory
+    from scanrl.harness.records import claim_run_directory
 
     start, results = threading.Barrier(16), []
 
@@ -857,7 +856,6 @@ def test_default_run_names_of_runs_started_in_the_same_second_differ(tmp_path, m
     import time
     import types
 
-    import harness.records
     import ppo
 
     # One second for both runs (the records module's clock only).
@@ -874,7 +872,7 @@ def test_resume_takes_logging_flags_given_at_their_defaults(finished_runs, tmp_p
     """A run directory saved with --track (someone else's, say) resumes with --no-track: a flag the command line
     names wins, although it equals the default."""
     import ppo
-    from harness.flags import given_fields, resumed_config
+    from scanrl.harness.flags import given_fields, resumed_config
 
     run_dir = copy_run(finished_runs, "ppo", tmp_path)
     saved = json.loads((run_dir / "config.json").read_text())
@@ -918,8 +916,8 @@ def test_a_failed_write_stops_with_one_line_and_the_run_resumes(writer, finished
     import errno
 
     import ppo
-    from harness.checkpoints import Checkpoints
-    from harness.records import MetricsCsv, RunDirectory
+    from scanrl.harness.checkpoints import Checkpoints
+    from scanrl.harness.records import MetricsCsv, RunDirectory
 
     target = {"metrics": (MetricsCsv, "append"), "checkpoint": (Checkpoints, "save"),
               "summary": (RunDirectory, "write_summaries")}[writer]
@@ -946,13 +944,13 @@ def test_a_failed_write_stops_with_one_line_and_the_run_resumes(writer, finished
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The private JAX APIs (harness/jax_private.py): each fails here, loudly, when a jax upgrade moves it.
+# The private JAX APIs (scanrl/harness/jax_private.py): each fails here, loudly, when a jax upgrade moves it.
 
 
 def test_private_jax_apis_are_where_the_harness_expects_them():
     from jax._src import compilation_cache, distributed
 
-    from harness import jax_private
+    from scanrl.harness import jax_private
 
     assert hasattr(compilation_cache, "_cache")  # replaced by compile_cache.FileCache
     assert {"get", "put"} <= set(dir(jax_private.CacheInterface))
@@ -962,7 +960,7 @@ def test_private_jax_apis_are_where_the_harness_expects_them():
 
 def test_reads_its_input_sees_through_scans_to_what_the_outputs_use():
     """jit drops inputs no output depends on, through a scan's carry; the lowered program's signature tells."""
-    from harness.jax_private import reads_its_input
+    from scanrl.harness.jax_private import reads_its_input
 
     def carried_but_unused(x):
         (count, ignored), _ = jax.lax.scan(lambda c, _: ((c[0] + 1.0, c[1] * x), None), (0.0, -x), None, 3)

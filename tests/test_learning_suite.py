@@ -13,9 +13,9 @@ import pytest
 import scipy.stats
 import tyro
 
-import harness
 from benchmarks import learning
-from harness import aggregate
+from scanrl import harness
+from scanrl.harness import aggregate
 
 SCRIPT = "benchmarks/learning.py"
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -355,9 +355,9 @@ def test_bad_arguments_exit_2_with_one_line_before_anything_runs(flags, message,
 
 def test_the_runner_knows_the_optional_suites_as_envs_does():
     """learning.py's own table of suites (it must not import envs, which starts JAX) matches envs' adapters."""
-    import envs
+    from scanrl import envs
 
-    modules = {name: importlib.import_module(f"envs.{name}") for name in envs.SUITES}
+    modules = {name: importlib.import_module(f"scanrl.envs.{name}") for name in envs.SUITES}
     covered = set()
     for prefix, (_, suite) in learning.SUITE_PACKAGES.items():
         (owner,) = [name for name, module in modules.items() if module.owns(prefix + "x")]

@@ -1,4 +1,4 @@
-"""harness/records.py's plots and per-run figures: learning curves carry each seed's return forward from its latest
+"""scanrl/harness/records.py's plots and per-run figures: learning curves carry each seed's return forward from its latest
 finished episodes (no gaps, never empty), count the seeds they cover, and a sweep's points share one plot; and
 benchmarks/seed_curves.py, every seed's curve of a run."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-from harness import records
+from scanrl.harness import records
 
 NAN = np.nan
 

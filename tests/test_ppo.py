@@ -8,8 +8,8 @@ from conftest import read_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import harness
 import ppo
+from scanrl import harness
 
 
 def gae_by_definition(rewards, values, next_values, terminated, truncated, gamma, lam):

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from conftest import read_run
 
-import envs
 import ppo_rnn
+from scanrl import envs
 
 
 def network(discrete=True, action_dim=2):

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import harness
 import pqn
+from scanrl import harness
 from tests.conftest import read_run
 
 

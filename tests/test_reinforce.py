@@ -11,8 +11,8 @@ from conftest import read_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import harness
 import reinforce
+from scanrl import harness
 
 
 def returns_by_definition(rewards, next_values, terminated, truncated, gamma):

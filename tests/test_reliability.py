@@ -10,10 +10,10 @@ import sys
 import pytest
 from conftest import ROOT
 
-from harness import ConfigError
-from harness.files import LOCK_NAME, RunLock
+from scanrl.harness import ConfigError
+from scanrl.harness.files import LOCK_NAME, RunLock
 
-HOLD_LOCK = ("import sys, time; sys.path.insert(0, sys.argv[2]); from harness.files import RunLock; "
+HOLD_LOCK = ("import sys, time; sys.path.insert(0, sys.argv[2]); from scanrl.harness.files import RunLock; "
              "RunLock(sys.argv[1], '--resume'); print('locked', flush=True); time.sleep(600)")
 
 
@@ -44,7 +44,7 @@ def test_the_harness_writes_no_file_through_a_planted_link(tmp_path):
     to a metrics.csv turned into a link is refused."""
     import numpy as np
 
-    from harness.records import MetricsCsv, plot_learning_curve, write_json
+    from scanrl.harness.records import MetricsCsv, plot_learning_curve, write_json
 
     victim = tmp_path / "victim"
     victim.write_text("precious")
@@ -76,7 +76,7 @@ def test_summary_json_is_valid_json_with_nan_as_null(tmp_path):
 
     import numpy as np
 
-    from harness.records import write_json
+    from scanrl.harness.records import write_json
 
     write_json(str(tmp_path / "summary.json"), {"a": float("nan"), "b": [np.float32("inf"), 1.5], "c": {"d": np.nan}})
     text = (tmp_path / "summary.json").read_text()
@@ -86,7 +86,7 @@ def test_summary_json_is_valid_json_with_nan_as_null(tmp_path):
 
 @pytest.mark.parametrize("layout", ["v2", "v1", "v2 unlimited", "v1 unlimited", "none"])
 def test_the_memory_check_reads_cgroup_v1_and_v2_limits(layout, tmp_path):
-    from harness.scale import cgroup_memory_left
+    from scanrl.harness.scale import cgroup_memory_left
 
     files = {"v2": {"memory.max": "8000\n", "memory.current": "3000\n"},
              "v1": {"memory/memory.limit_in_bytes": "8000\n", "memory/memory.usage_in_bytes": "3000\n"},
@@ -109,7 +109,7 @@ def test_too_many_agents_are_refused_before_anything_is_made_per_agent(num_seeds
     """The agent count is checked before the agents' keys exist: 2**31 seeds used to take 10 GB and two minutes
     with no output, 10**8 seeds 9.4 GB before the memory check refused them."""
     import ppo
-    from harness import scale
+    from scanrl.harness import scale
 
     made = []
     monkeypatch.setattr(scale, "seed_keys", lambda config: made.append(config) or pytest.fail("keys were made"))
@@ -127,7 +127,7 @@ def test_the_compile_cache_runs_only_entries_it_wrote_and_opens_only_regular_fil
     hung the run)."""
     import threading
 
-    from harness.compile_cache import FileCache
+    from scanrl.harness.compile_cache import FileCache
 
     cache = FileCache(tmp_path)
     cache.put("jit_f-1", b"executable")
@@ -165,7 +165,7 @@ def test_the_compile_cache_runs_only_entries_it_wrote_and_opens_only_regular_fil
 
 def test_a_sweep_says_which_flags_its_values_override():
     import ppo
-    from harness.scale import sweep_overrides, sweep_points
+    from scanrl.harness.scale import sweep_overrides, sweep_points
 
     config = ppo.Config(learning_rate=1e-3, sweep=("lr=1e-3,3e-4",))
     assert sweep_overrides(ppo.ALGORITHM, config, sweep_points(ppo.ALGORITHM, config)) == [

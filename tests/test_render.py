@@ -1,4 +1,4 @@
-"""--gif's drawing (envs/render.py): quiet on a headless machine (no SDL or ALSA lines), one frame per step."""
+"""--gif's drawing (scanrl/envs/render.py): quiet on a headless machine (no SDL or ALSA lines), one frame per step."""
 
 import os
 import subprocess
@@ -10,8 +10,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 DRAW = """
 import sys, jax, numpy as np
-import envs
-from envs.render import write_gif
+from scanrl import envs
+from scanrl.envs.render import write_gif
 env, params = envs.make(sys.argv[1])
 states, state, key = [], env.reset(jax.random.PRNGKey(0), params)[1], jax.random.PRNGKey(1)
 for t in range(int(sys.argv[2])):

@@ -1,4 +1,4 @@
-"""The optional suites' adapters (envs/craftax.py, xminigrid.py, playground.py) against each suite's own API, and your
+"""The optional suites' adapters (scanrl/envs/craftax.py, xminigrid.py, playground.py) against each suite's own API, and your
 own env from the command line (--env module:name, envs.register)."""
 
 import json
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-import envs
+from scanrl import envs
 
 craftax = pytest.importorskip("craftax", reason="pip install -r requirements-craftax.txt")
 xminigrid = pytest.importorskip("xminigrid", reason="pip install -r requirements-xminigrid.txt")
@@ -198,9 +198,9 @@ def test_episode_statistics_count_each_suites_own_rewards(env_id):
 
 
 def test_uninstalled_suites_answer_with_their_install_line(monkeypatch):
-    from envs import craftax as craftax_envs
-    from envs import playground as playground_envs
-    from envs import xminigrid as xminigrid_envs
+    from scanrl.envs import craftax as craftax_envs
+    from scanrl.envs import playground as playground_envs
+    from scanrl.envs import xminigrid as xminigrid_envs
 
     for module, env_id in ((craftax_envs, "Craftax-Classic-Symbolic-v1"), (xminigrid_envs, "MiniGrid-Empty-8x8"),
                            (playground_envs, "playground/CartpoleBalance")):
@@ -230,7 +230,7 @@ class OldStyle(Corridor):  # gymnax 0.0.x: step returns five values
         return obs, state, reward, done, info
 
 
-import envs  # noqa: E402
+from scanrl import envs  # noqa: E402
 
 envs.register("Corridor-v0", Corridor)
 '''

@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 from conftest import read_run
 
-import envs
-import harness
 import td3
+from scanrl import envs, harness
 
 LOW, HIGH = np.array([-2.0, 0.0], np.float32), np.array([2.0, 1.0], np.float32)  # half ranges 2 and 0.5
 
@@ -158,7 +157,7 @@ def test_targets_follow_online_networks_by_polyak(untrained, three_updates):
 
 
 def test_check_names_brax_install_command(monkeypatch):
-    from envs import brax as brax_envs
+    from scanrl.envs import brax as brax_envs
 
     monkeypatch.setattr(brax_envs, "is_installed", lambda: False)
     with pytest.raises(harness.ConfigError, match="pip install -r requirements-brax.txt"):

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from gymnax.environments import spaces
 
-from envs.suite import SuiteEnv, installed, not_installed
+from scanrl.envs.suite import SuiteEnv, installed, not_installed
 
 SUITE = "XLand-MiniGrid"
 INSTALL_HINT = "pip install -r requirements-xminigrid.txt"

@@ -13,7 +13,7 @@ import difflib
 
 from gymnax.environments import spaces
 
-from envs.suite import SuiteEnv, installed, not_installed
+from scanrl.envs.suite import SuiteEnv, installed, not_installed
 
 SUITE = "Craftax"
 INSTALL_HINT = "pip install -r requirements-craftax.txt"

@@ -14,7 +14,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from harness.flags import ConfigError
+from scanrl.harness.flags import ConfigError
 
 # What orbax says when the state it is asked to restore has other keys or leaves than the checkpoint: the script's
 # state changed (a fork edited, an older version), not damage; older checkpoints of the run would say the same.

@@ -140,7 +140,7 @@ class ClipAction(Wrapper):
 class VecEnv(Wrapper):
     """Steps `num_envs` copies of a single env in lock step (one vmap).
 
-    An env whose `reset_ratio` is above 1 (an adapter's, envs/suite.py: Craftax) gets optimistic resets: its envs
+    An env whose `reset_ratio` is above 1 (an adapter's, scanrl/envs/suite.py: Craftax) gets optimistic resets: its envs
     step without resetting, `num_envs // reset_ratio` new episodes (at least one) are built, and the envs that ended
     take them in turn. Envs that end on the same step start different episodes unless more end than were built.
     """

@@ -17,13 +17,13 @@ import numpy as np
 import tyro
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from harness import compile_cache
-from harness.checkpoints import Checkpoints, require_checkpoints_for_progress, trained_config
-from harness.evaluation import evaluate_run, evaluation_keys, make_evaluate
-from harness.files import RunLock
-from harness.flags import ConfigError, check_flags, description, given_fields, resumed_config
-from harness.records import Progress, RunDirectory, plural
-from harness.scale import (
+from scanrl.harness import compile_cache
+from scanrl.harness.checkpoints import Checkpoints, require_checkpoints_for_progress, trained_config
+from scanrl.harness.evaluation import evaluate_run, evaluation_keys, make_evaluate
+from scanrl.harness.files import RunLock
+from scanrl.harness.flags import ConfigError, check_flags, description, given_fields, resumed_config
+from scanrl.harness.records import Progress, RunDirectory, plural
+from scanrl.harness.scale import (
     abstract_agents,
     agent_layout,
     agent_parts,
@@ -46,7 +46,7 @@ from harness.scale import (
     sweep_points,
     to_agents,
 )
-from harness.stops import RunStopped, StopRequest, nonfinite_stop, write_failed
+from scanrl.harness.stops import RunStopped, StopRequest, nonfinite_stop, write_failed
 
 
 def main(algorithm, config=None):

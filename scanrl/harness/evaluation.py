@@ -8,9 +8,9 @@ import os
 import jax
 import numpy as np
 
-from harness.checkpoints import Checkpoints
-from harness.flags import ConfigError, check_flags, check_paths, read_run_config
-from harness.scale import (
+from scanrl.harness.checkpoints import Checkpoints
+from scanrl.harness.flags import ConfigError, check_flags, check_paths, read_run_config
+from scanrl.harness.scale import (
     abstract_agents,
     agent_layout,
     agent_parts,
@@ -34,7 +34,7 @@ def make_evaluate(algorithm, config, with_stats=True, sampled=False):
     """`evaluate(key, runner) -> (returns (eval_episodes,), final stats)` of one agent: the first episode of each of
     `eval_episodes` envs played by its deterministic policy (`sampled`: its sampled policy, on the same episodes),
     and the algorithm's `final_stats`."""
-    import envs
+    from scanrl import envs
 
     env, env_params = envs.make_vec(config.env, config.eval_episodes)
 
@@ -59,7 +59,7 @@ def evaluate_run(algorithm, config):
     """--eval: the deterministic policies of a saved run, on the same episodes as its summary's eval_return (unless
     --eval-episodes changes their number; --eval-sampled: the policies training acts with, on the same episodes);
     --gif draws one episode of agent --seed-index."""
-    import envs
+    from scanrl import envs
 
     check_paths(config)
     if config.eval_sampled and algorithm.sampled_policy is None:

@@ -21,8 +21,8 @@ import sys
 
 import jax
 
-from harness.files import replaced
-from harness.jax_private import CacheInterface, install_cache_store
+from scanrl.harness.files import replaced
+from scanrl.harness.jax_private import CacheInterface, install_cache_store
 
 MAX_BYTES = 2 << 30
 

@@ -13,11 +13,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from harness import aggregate
-from harness.files import RunLock, open_append, replaced
-from harness.flags import ConfigError
-from harness.scale import broadcast, point_label, point_rows
-from harness.tracking import finish_wandb, safe_wandb, start_wandb
+from scanrl.harness import aggregate
+from scanrl.harness.files import RunLock, open_append, replaced
+from scanrl.harness.flags import ConfigError
+from scanrl.harness.scale import broadcast, point_label, point_rows
+from scanrl.harness.tracking import finish_wandb, safe_wandb, start_wandb
 
 
 def nanmean(values):

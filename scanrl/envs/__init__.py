@@ -22,8 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 from gymnax.environments import spaces
 
-from envs.gridworld import make_gridworld
-from envs.wrappers import (
+from scanrl.envs.gridworld import make_gridworld
+from scanrl.envs.wrappers import (
     ClipAction,
     EpisodeStatistics,
     FlattenObservation,
@@ -95,7 +95,7 @@ SUITES = ("brax", "craftax", "xminigrid", "playground")
 
 
 def _suites():
-    return [importlib.import_module(f"envs.{name}") for name in SUITES]
+    return [importlib.import_module(f"scanrl.envs.{name}") for name in SUITES]
 
 
 def register(env_id: str, factory: Callable) -> None:
@@ -400,7 +400,7 @@ def record_episode(env_id: str, policy, key, path: str):
     actions` or a `RecurrentPolicy`), as `evaluate` does, and writes it to `path` as an animated gif drawn by
     gymnax's visualizer (one frame per step, from the first observation to the last before the episode ends).
     Returns `(return, length)`."""
-    from envs.render import write_gif  # sets SDL's dummy drivers before anything imports pygame
+    from scanrl.envs.render import write_gif  # sets SDL's dummy drivers before anything imports pygame
 
     if not can_draw(env_id):
         raise ValueError(f"gymnax cannot draw {env_id}; it draws {', '.join(_DRAWABLE)}")

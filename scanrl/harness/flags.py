@@ -222,7 +222,7 @@ def check_flags(config):
     if not 0 <= config.process_id < config.num_processes:
         raise ConfigError(f"--process-id {config.process_id} must lie in 0 to --num-processes - 1 "
                           f"({config.num_processes - 1})")
-    import envs  # here, not at the top: importing gymnax makes a JAX backend
+    from scanrl import envs  # here, not at the top: importing gymnax makes a JAX backend
 
     try:
         env, env_params = envs.make(config.env)
@@ -265,7 +265,7 @@ def read_run_config(algorithm, run_dir, which, command_env=None) -> dict:
         if not of_type(value, hints.get(key)):
             raise ConfigError(f"{which}: {path} holds {key} = {json.dumps(value)}, not a value {flag(key)} takes "
                               f"({shown_type(hints[key])}); it was edited or damaged: put back the run's value")
-    import envs  # here, not at the top: importing gymnax makes a JAX backend
+    from scanrl import envs  # here, not at the top: importing gymnax makes a JAX backend
 
     env_id = saved.get("env")
     reference = envs.import_reference(env_id) if isinstance(env_id, str) else None

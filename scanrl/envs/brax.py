@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 from gymnax.environments import spaces
 
-from envs.suite import SuiteEnv, SuiteParams, import_mujoco_suite, installed, not_installed
+from scanrl.envs.suite import SuiteEnv, SuiteParams, import_mujoco_suite, installed, not_installed
 
 TASKS = (
     "ant", "halfcheetah", "hopper", "humanoid", "humanoidstandup", "inverted_double_pendulum",
@@ -50,7 +50,7 @@ EnvParams = SuiteParams  # the time limit, 1,000 steps by default
 
 
 class BraxEnv(SuiteEnv):
-    """One Brax task as a gymnax `Environment` (envs/suite.py): gymnax's `step` adds the auto-reset and time limit."""
+    """One Brax task as a gymnax `Environment` (scanrl/envs/suite.py): gymnax's `step` adds the auto-reset and time limit."""
 
     def __init__(self, brax_env, name: str, max_steps_in_episode: int = 1000):
         self.brax_env = brax_env

@@ -57,7 +57,7 @@ def tiny_config(algorithm, flags, out_dir):
     iterations in 4 chunks, every checkpoint kept, in `out_dir`."""
     import tyro
 
-    from harness.flags import given_fields
+    from scanrl.harness.flags import given_fields
 
     config = tyro.cli(algorithm.config, args=list(flags))
     given = given_fields(algorithm, flags)
@@ -101,7 +101,7 @@ def check_make_train(module, config):
 
 
 def check_name(module, config, whole):
-    from harness.flags import ConfigError, read_run_config
+    from scanrl.harness.flags import ConfigError, read_run_config
 
     algorithm = module.ALGORITHM
     saved = json.loads(open(os.path.join(whole, "config.json")).read())
@@ -125,8 +125,8 @@ def restored_leaves(module, config, run_dir):
     """Every array of a run's newest checkpoint, and its step."""
     import jax
 
-    from harness.checkpoints import Checkpoints
-    from harness.scale import abstract_agents, agent_layout, agent_parts, sweep_points
+    from scanrl.harness.checkpoints import Checkpoints
+    from scanrl.harness.scale import abstract_agents, agent_layout, agent_parts, sweep_points
 
     algorithm = module.ALGORITHM
     keys, swept, _ = agent_layout(config, sweep_points(algorithm, config))
@@ -184,8 +184,8 @@ def changed_metrics(algorithm, config, values):
     program with a base point and one point per field (one seed each)."""
     import jax
 
-    from harness.run import plan, run_chunk
-    from harness.scale import init_agents
+    from scanrl.harness.run import plan, run_chunk
+    from scanrl.harness.scale import init_agents
 
     names = list(values)
     base = {k: getattr(config, k) for k in names}
@@ -206,7 +206,7 @@ def traces_with(algorithm, config, name, value) -> bool:
     """Whether one agent's init, two iterations and evaluation trace with `name` swept (a traced scalar)."""
     import jax
 
-    from harness.scale import dtype_of, probe_program
+    from scanrl.harness.scale import dtype_of, probe_program
 
     try:
         jax.eval_shape(probe_program(algorithm, config, name), jax.ShapeDtypeStruct((), dtype_of(config, name)))
@@ -219,8 +219,8 @@ def check_fields(module, config):
     """Each numeric field: fixed per program, read and changing the metrics, or read nowhere with this config (what
     --sweep refuses with one line). A field that is read but changes no metric fails: a sweep of it would train
     alike and nothing would say so."""
-    from harness.flags import ConfigError
-    from harness.scale import check_sweep_points, check_swept, sweepable_fields
+    from scanrl.harness.flags import ConfigError
+    from scanrl.harness.scale import check_sweep_points, check_swept, sweepable_fields
 
     algorithm = module.ALGORITHM
     config = algorithm.resolve(config)
@@ -268,8 +268,8 @@ def main(argv=None) -> int:
         return 0 if argv else 2
     module = load_script(argv[0])
     algorithm = module.ALGORITHM
-    from harness.flags import ConfigError
-    from harness.run import check
+    from scanrl.harness.flags import ConfigError
+    from scanrl.harness.run import check
 
     with tempfile.TemporaryDirectory(prefix="scanrl-contract-") as tmp:
         try:

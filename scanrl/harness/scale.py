@@ -17,9 +17,9 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import PartitionSpec
 
-from harness import jax_private
-from harness.flags import MAX_COUNT, ConfigError, flag, require_count, require_finite
-from harness.jax_private import coordination_client
+from scanrl.harness import jax_private
+from scanrl.harness.flags import MAX_COUNT, ConfigError, flag, require_count, require_finite
+from scanrl.harness.jax_private import coordination_client
 
 
 def start_processes(argv=None):
@@ -184,7 +184,7 @@ ALIASES = {"lr": "learning_rate"}
 def sweepable_fields(config) -> tuple[str, ...]:
     """The fields --sweep may vary: the script's own numeric fields (not booleans, not the shared flags). Whether
     the compiled program can take one value per agent of each is known only when it is traced (`check_swept`)."""
-    from harness.flags import Flags
+    from scanrl.harness.flags import Flags
 
     shared = {f.name for f in dataclasses.fields(Flags)}
     return tuple(f.name for f in dataclasses.fields(config) if f.name not in shared
@@ -319,7 +319,7 @@ def abstract_agents(parts, keys, swept):
 def probe_program(algorithm, config, name):
     """`program(value)`: one agent's init, two iterations of training and its evaluation with `value` as its swept
     `name`: what the iterations report and the trained policy's returns (`check_swept` and the contract trace it)."""
-    from harness.evaluation import make_evaluate
+    from scanrl.harness.evaluation import make_evaluate
 
     parts, key = agent_parts(algorithm, config), jax.random.PRNGKey(0)
 

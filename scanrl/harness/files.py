@@ -8,7 +8,7 @@ import fcntl
 import os
 import secrets
 
-from harness.flags import ConfigError
+from scanrl.harness.flags import ConfigError
 
 LOCK_NAME = ".lock"
 

@@ -1,4 +1,4 @@
-"""What every optional suite's adapter shares (envs/brax.py, craftax.py, xminigrid.py, playground.py): a suite's env
+"""What every optional suite's adapter shares (scanrl/envs/brax.py, craftax.py, xminigrid.py, playground.py): a suite's env
 behind the gymnax 1.x `Environment` API, and the module interface `envs.make` dispatches on.
 
 A suite's adapter subclasses `SuiteEnv` and gives two functions of the suite's own state:

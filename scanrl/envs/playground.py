@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 from gymnax.environments import spaces
 
-from envs.suite import SuiteEnv, import_mujoco_suite, installed, not_installed
+from scanrl.envs.suite import SuiteEnv, import_mujoco_suite, installed, not_installed
 
 SUITE = "MuJoCo Playground"
 INSTALL_HINT = "pip install -r requirements-playground.txt"

@@ -23,6 +23,7 @@ Importing the harness makes no JAX backend and changes no environment variable. 
 backend is made, and a multi-process run must start `jax.distributed` before one exists.
 """
 
+import ast
 import importlib
 import os
 import sys
@@ -38,10 +39,10 @@ __all__ = ["available_cores", "fast", "prepare_jax", "print_help", *_EXPORTS]
 
 def __getattr__(name):
     if name == "fast":
-        return importlib.import_module("harness.fast")
+        return importlib.import_module("scanrl.harness.fast")
     if name not in _EXPORTS:
-        raise AttributeError(f"module 'harness' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"harness.{_EXPORTS[name]}"), name)
+        raise AttributeError(f"module 'scanrl.harness' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"scanrl.harness.{_EXPORTS[name]}"), name)
     globals()[name] = value
     return value
 
@@ -82,7 +83,7 @@ def prepare_jax(module_name: str):
         flags += f" --xla_force_host_platform_device_count={available_cores()}"
     os.environ["XLA_FLAGS"] = flags.strip()
     if main:
-        from harness.scale import start_processes
+        from scanrl.harness.scale import start_processes
 
         start_processes()
 
@@ -98,8 +99,18 @@ def _process_id() -> str:
     return "0"
 
 
-# Modules a script's Config may use that cost nothing to import (its dataclass and type hints).
-_LIGHT_MODULES = ("dataclasses", "typing", "collections", "enum", "harness")
+# Modules a script's Config may use that cost nothing to import (its dataclass and type hints); of scanrl, the
+# harness only (scanrl.envs imports gymnax).
+_LIGHT_MODULES = ("dataclasses", "typing", "collections", "enum", "scanrl.harness")
+
+
+def _light(node) -> bool:
+    """Whether an import statement imports light modules only (`from scanrl import harness` is one)."""
+    if isinstance(node, ast.ImportFrom):
+        names = [f"{node.module}.{a.name}" if node.module == "scanrl" else node.module or "" for a in node.names]
+    else:
+        names = [a.name for a in node.names]
+    return all(any(n == m or n.startswith(m + ".") for m in _LIGHT_MODULES) for n in names)
 
 
 def print_help(script):
@@ -107,18 +118,14 @@ def print_help(script):
     and the script's light imports (`_LIGHT_MODULES`) run in its namespace, then tyro prints the help the full
     script would print, and the process exits 0. Returns where the Config needs more of the script (a name defined
     elsewhere in it): then the script's own parse prints the help, after its heavy imports."""
-    import ast
-
     import tyro
 
-    from harness.flags import description
+    from scanrl.harness.flags import description
 
     try:
         with open(script.__file__, encoding="utf-8") as f:
             tree = ast.parse(f.read(), script.__file__)
-        light = [node for node in tree.body if isinstance(node, ast.Import | ast.ImportFrom) and all(
-            name.split(".")[0] in _LIGHT_MODULES for name in
-            ([node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]))]
+        light = [node for node in tree.body if isinstance(node, ast.Import | ast.ImportFrom) and _light(node)]
         config = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Config"]
         if len(config) != 1:
             return
