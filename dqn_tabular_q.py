@@ -26,7 +26,7 @@ import optax
 from flax import struct
 from flax.training.train_state import TrainState
 
-from scanrl import envs
+from scanrl import blocks, envs
 from scanrl.envs import gridworld
 
 
@@ -142,7 +142,7 @@ def make_tabular_train(config: Config, log_fn=None):
         def _env_step(carry, step_input):
             q_table, env_state, state, episodes, reward_sum, epsilon = carry
             bits, key_step = step_input
-            action = harness.fast.epsilon_greedy(q_table[state], bits, epsilon)
+            action = blocks.epsilon_greedy(q_table[state], bits, epsilon)
             obs, env_state, reward, terminated, _, info = env.step(key_step, env_state, action, env_params)
             next_state = index(info["final_observation"])  # the true next state, also at an auto-reset
             target = reward + config.gamma * (1.0 - terminated) * q_table[next_state].max(-1)
@@ -164,7 +164,7 @@ def make_tabular_train(config: Config, log_fn=None):
             )
             metrics = {
                 "env_steps": (update + 1) * steps_per_update,
-                **envs.ended_episodes(env_state, env_state_end, episodes, reward_sum, config.num_steps),
+                **blocks.ended_episodes(env_state, env_state_end, episodes, reward_sum, config.num_steps),
                 "epsilon": epsilon,
                 "nonfinite": ~harness.all_finite(q_table),  # checked by the host after each chunk
             }
@@ -329,7 +329,7 @@ def make_dqn_train(config: Config, log_fn=None):
             )
             metrics = {
                 "env_steps": (update + 1) * steps_per_update,
-                **envs.ended_episodes(state.env_state, state_end.env_state, episodes, reward_sum, config.num_steps),
+                **blocks.ended_episodes(state.env_state, state_end.env_state, episodes, reward_sum, config.num_steps),
                 "epsilon": linear_epsilon(config, update * steps_per_update),
                 "loss/td": loss_sum / count,  # NaN before learning starts
                 "q_value": q_sum / count,

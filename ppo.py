@@ -26,7 +26,7 @@ import numpy as np
 import optax
 from flax.training.train_state import TrainState
 
-from scanrl import envs
+from scanrl import blocks, envs
 
 
 @dataclass(frozen=True)
@@ -182,7 +182,7 @@ def make_train_parts(config: Config, log_fn=None):
         env, env_params = envs.make_vec(
             config.env, config.num_envs, normalize_obs=True, normalize_reward=True, gamma=config.gamma
         )
-    max_truncations = envs.max_truncations(env_params, config.num_envs, config.num_steps)
+    max_truncations = blocks.max_truncations(env_params, config.num_envs, config.num_steps)
     anneal = optax.identity()
     if config.anneal_lr:
         anneal = optax.scale_by_schedule(
@@ -245,7 +245,7 @@ def make_train_parts(config: Config, log_fn=None):
         def _update_epoch(carry, _):
             train_state, batch, rng = carry
             rng, key_perm = jax.random.split(rng)
-            permutation = harness.fast.permutation(key_perm, batch_size)
+            permutation = blocks.permutation(key_perm, batch_size)
             minibatches = jax.tree.map(
                 lambda x: x[permutation].reshape((config.num_minibatches, minibatch_size) + x.shape[1:]), batch
             )
@@ -267,7 +267,7 @@ def make_train_parts(config: Config, log_fn=None):
             params = train_state.params
             values = critic.apply(params["critic"], traj.obs)
             # V(next obs) from the values shifted, evaluating the critic on the truncations' final observations only
-            next_values = envs.next_obs_values(lambda x: critic.apply(params["critic"], x), values, traj.done,
+            next_values = blocks.next_obs_values(lambda x: critic.apply(params["critic"], x), values, traj.done,
                                                traj.terminated, traj.next_obs, obs, max_truncations)
             old_pi = distrax.Categorical(*traj.pi) if discrete else distrax.MultivariateNormalDiag(*traj.pi)
             log_probs = old_pi.log_prob(traj.action)
@@ -326,7 +326,7 @@ def deterministic_policy(config: Config, runner):
 
 def sampled_policy(config: Config, runner, key):
     """The policy training acts with, each action sampled from the actor (--eval --eval-sampled)."""
-    return envs.sampling_policy(actor_distribution(config, runner), key)
+    return blocks.sampling_policy(actor_distribution(config, runner), key)
 
 
 def validate(config: Config):

@@ -28,7 +28,7 @@ import numpy as np
 import optax
 from flax.training.train_state import TrainState
 
-from scanrl import envs
+from scanrl import blocks, envs
 
 
 @dataclass(frozen=True)
@@ -209,7 +209,7 @@ def make_train_parts(config: Config, log_fn=None):
         env, env_params = envs.make_vec(
             config.env, config.num_envs, normalize_obs=True, normalize_reward=True, gamma=config.gamma
         )
-    max_truncations = envs.max_truncations(env_params, config.num_envs, config.num_steps)
+    max_truncations = blocks.max_truncations(env_params, config.num_envs, config.num_steps)
     anneal = optax.identity()
     if config.anneal_lr:
         anneal = optax.scale_by_schedule(
@@ -276,7 +276,7 @@ def make_train_parts(config: Config, log_fn=None):
             train_state, (initial_memory, sequences), rng = carry
             rng, key_perm = jax.random.split(rng)
             # Minibatches of whole env sequences: the envs shuffled, the time axis kept in order.
-            permutation = harness.fast.permutation(key_perm, config.num_envs)
+            permutation = blocks.permutation(key_perm, config.num_envs)
             initial_memories = initial_memory[permutation].reshape(
                 (config.num_minibatches, envs_per_minibatch) + initial_memory.shape[1:])
             minibatches = jax.tree.map(
@@ -303,7 +303,7 @@ def make_train_parts(config: Config, log_fn=None):
 
             # V(next obs) from the values shifted, and one network step on the truncations' final observations from
             # the memory of their episode's last step (the memory resets only when the next episode starts).
-            next_values = envs.next_obs_values(value_fn, traj.value, traj.done, traj.terminated, traj.next_obs, obs,
+            next_values = blocks.next_obs_values(value_fn, traj.value, traj.done, traj.terminated, traj.next_obs, obs,
                                                max_truncations, memory=traj.memory)
             log_probs = distribution(traj.pi, discrete).log_prob(traj.action)
             advantages, targets = calculate_gae(

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import optax
 from flax.training.train_state import TrainState
 
-from scanrl import envs
+from scanrl import blocks, envs
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ def make_train_parts(config: Config, log_fn=None):
     `num_minibatches` gradient steps of the TD loss (RAdam, clipped gradients) on it."""
     env, env_params = envs.make_vec(config.env, config.num_envs)
     network = make_network(config, env, env_params)
-    max_truncations = envs.max_truncations(env_params, config.num_envs, config.num_steps)
+    max_truncations = blocks.max_truncations(env_params, config.num_envs, config.num_steps)
     batch_size = config.num_envs * config.num_steps
     minibatch_size = batch_size // config.num_minibatches
     anneal = optax.identity()
@@ -160,7 +160,7 @@ def make_train_parts(config: Config, log_fn=None):
             params, env_state, obs, episodes, reward_sum, epsilon = carry
             bits, key_step = step_input
             q = network.apply(params, obs)
-            action = harness.fast.epsilon_greedy(q, bits, epsilon)
+            action = blocks.epsilon_greedy(q, bits, epsilon)
             next_obs, env_state, reward, terminated, _, info = env.step(key_step, env_state, action, env_params)
             transition = Transition(obs, action, q.max(-1), reward, terminated.astype(jnp.float32),
                                     info["episode_done"].astype(jnp.float32), info["final_observation"])
@@ -176,7 +176,7 @@ def make_train_parts(config: Config, log_fn=None):
             return train_state.apply_gradients(grads=grads), (loss, q_mean)
 
         def _update_epoch(batch, train_state, key):
-            order = harness.fast.permutation(key, batch_size)
+            order = blocks.permutation(key, batch_size)
             minibatches = jax.tree.map(lambda x: x[order].reshape(config.num_minibatches, minibatch_size,
                                                                   *x.shape[1:]), batch)
             return jax.lax.scan(_update_minibatch, train_state, minibatches)
@@ -194,7 +194,7 @@ def make_train_parts(config: Config, log_fn=None):
                 _env_step, (train_state.params, env_state, obs, *counters, epsilon), (bits, step_keys))
             # max_a Q of every true next observation, with the parameters that acted: the rollout's own, shifted,
             # and a pass over the truncations' final observations only.
-            next_value = envs.next_obs_values(lambda x: network.apply(train_state.params, x).max(-1), batch.max_q,
+            next_value = blocks.next_obs_values(lambda x: network.apply(train_state.params, x).max(-1), batch.max_q,
                                               batch.done, batch.terminated, batch.next_obs, obs, max_truncations)
             targets = q_lambda_targets(batch.reward, batch.terminated, batch.done, next_value, config.gamma,
                                        config.q_lambda)
@@ -203,7 +203,7 @@ def make_train_parts(config: Config, log_fn=None):
                 functools.partial(_update_epoch, flat), train_state, jax.random.split(key_epochs, config.update_epochs))
             metrics = {
                 "env_steps": (update + 1) * batch_size,
-                **envs.ended_episodes(env_state, env_state_end, episodes, reward_sum, config.num_steps),
+                **blocks.ended_episodes(env_state, env_state_end, episodes, reward_sum, config.num_steps),
                 "epsilon": epsilon,
                 "loss/td": loss.mean(),
                 "q_value": q_mean.mean(),

@@ -27,7 +27,7 @@ import numpy as np
 import optax
 from flax.training.train_state import TrainState
 
-from scanrl import envs
+from scanrl import blocks, envs
 
 
 @dataclass(frozen=True)
@@ -309,7 +309,7 @@ def deterministic_policy(config: Config, runner):
 
 def sampled_policy(config: Config, runner, key):
     """The policy training acts with, each action sampled from the actor (--eval --eval-sampled)."""
-    return envs.sampling_policy(actor_distribution(config, runner), key)
+    return blocks.sampling_policy(actor_distribution(config, runner), key)
 
 
 def validate(config: Config):

@@ -8,7 +8,7 @@ import pytest
 from conftest import read_run
 
 import ppo_rnn
-from scanrl import envs
+from scanrl import blocks, envs
 
 
 def network(discrete=True, action_dim=2):
@@ -103,7 +103,7 @@ def test_truncation_bootstraps_from_the_final_observation_with_its_episodes_memo
     done = jnp.array([[0.0], [1.0], [0.0]])  # step 1 truncated
     memory = jnp.array([[[1.0]], [[2.0]], [[3.0]]])
     next_obs = jnp.array([[[5.0]], [[6.0]], [[7.0]]])
-    got = envs.next_obs_values(value_fn, values, done, jnp.zeros((3, 1)), next_obs, jnp.array([[8.0]]), 3, memory)
+    got = blocks.next_obs_values(value_fn, values, done, jnp.zeros((3, 1)), next_obs, jnp.array([[8.0]]), 3, memory)
     np.testing.assert_allclose(got[:, 0], [0.0, 6.0 + 10 * 2.0, 8.0 + 10 * 3.0])
 
 

@@ -58,7 +58,6 @@ __all__ = [
     "num_states",
     "observation_stats",
     "register",
-    "sampling_policy",
     "state_index",
 ]
 
@@ -272,57 +271,6 @@ def make_vec(
     return env, env_params
 
 
-def max_truncations(env_params, num_envs: int, num_steps: int) -> int:
-    """The most time-limit truncations `num_envs` envs can have in a rollout of `num_steps` steps: a limit of L
-    steps truncates an env at most (num_steps - 1) // L + 1 times; every step where the env has no time limit."""
-    time_limit = getattr(env_params, "max_steps_in_episode", None) or 1
-    return num_envs * min(num_steps, (num_steps - 1) // time_limit + 1)
-
-
-def next_obs_values(value_fn, values, done, terminated, next_obs, last_obs, max_truncated: int, memory=None):
-    """The value of every step's true next observation in a rollout (num_steps, num_envs), for bootstrapping:
-    `values` (of each step's observation) shifted by one, and `value_fn(last_obs)` after the last step, except where
-    an episode ended, where the next observation is the final one (`next_obs`, info["final_observation"]). Only a
-    truncated ending bootstraps from it (a termination's is masked out by its user), and there are at most
-    `max_truncated` of those (`max_truncations`), so `value_fn` sees those final observations alone, not every
-    step's. Terminated steps get a value that must not be used.
-
-    A critic with memory passes `memory` (num_steps, num_envs, ...): the memory each step's observation left, the
-    state its next observation is seen from. `value_fn(obs, memory)` then gets, with each observation, the memory of
-    the step before it: `memory[-1]` with `last_obs`, and the ended step's own with its final observation (the
-    episode that ended, not reset)."""
-    num_steps, num_envs = values.shape
-    truncated = (done * (1.0 - terminated)).reshape(-1)
-    rows = jnp.nonzero(truncated, size=max_truncated, fill_value=truncated.size)[0]  # past the end: dropped below
-    rows_in = jnp.minimum(rows, truncated.size - 1)
-    final_obs = next_obs.reshape(truncated.size, *next_obs.shape[2:])[rows_in]
-    obs = jnp.concatenate([last_obs, final_obs])
-    if memory is None:
-        extra = value_fn(obs)
-    else:
-        ended = memory.reshape(truncated.size, *memory.shape[2:])[rows_in]
-        extra = value_fn(obs, jnp.concatenate([memory[-1], ended]))
-    next_values = jnp.concatenate([values[1:], extra[None, :num_envs]]).reshape(-1)
-    return next_values.at[rows].set(extra[num_envs:], mode="drop").reshape(num_steps, num_envs)
-
-
-def ended_episodes(env_state_start, env_state_end, episodes, reward_sum, num_steps):
-    """Mean return and length of the episodes that ended during an update, from two per-env counters
-    carried through the step scan (episodes ended, rewards collected) and the running episode sums that
-    `EpisodeStatistics` keeps in the env state: each step adds its reward and 1 to the running sums and an
-    episode's end moves them to the ended ones, so ended = collected + running at start - running at end.
-    (Carrying fewer values through the scan keeps its body one fast XLA:CPU loop.)"""
-    ended_return = reward_sum + env_state_start.episode_return - env_state_end.episode_return
-    ended_length = num_steps + env_state_start.episode_length - env_state_end.episode_length
-    total = episodes.sum()
-    return {
-        "episodes": total,
-        # Means over the episodes that ended in this update; NaN if none did.
-        "episode_return": ended_return.sum() / total,
-        "episode_length": ended_length.sum() / total,
-    }
-
-
 @dataclass(frozen=True)
 class RecurrentPolicy:
     """A policy with memory, for `evaluate` and `record_episode` (and as an algorithm's `policy` for the harness):
@@ -343,17 +291,6 @@ def as_recurrent(policy) -> RecurrentPolicy:
     if isinstance(policy, RecurrentPolicy):
         return policy
     return RecurrentPolicy(lambda num_envs: (), lambda carry, obs, start: (carry, policy(obs)))
-
-
-def sampling_policy(distribution, key) -> RecurrentPolicy:
-    """A feed-forward policy that acts as in training, sampling each action from `distribution(obs batch) -> a
-    distrax distribution`: a `RecurrentPolicy` whose memory is its PRNG key, split at every step."""
-
-    def step(key, obs, start):
-        key, key_action = jax.random.split(key)
-        return key, distribution(obs).sample(seed=key_action)
-
-    return RecurrentPolicy(lambda num_envs: key, step)
 
 
 def evaluate(env, env_params, policy, key, num_steps: int):

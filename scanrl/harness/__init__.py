@@ -14,7 +14,6 @@ belong to it) and hands it over as an `Algorithm` to `harness.main`, which does 
     run.py          `main`: checks, then training in chunks, resume, evaluation and the summaries
     compile_cache.py  JAX's persistent compilation cache, on by default
     aggregate.py    IQM, stratified-bootstrap intervals and performance profiles over seeds and envs
-    fast.py         faster equivalents of JAX primitives that are slow on XLA:CPU (a random permutation)
 
     jax_private.py  the two private JAX APIs used (the compile cache's store, the coordination service), isolated
 
@@ -34,12 +33,10 @@ _EXPORTS = {"Algorithm": "algorithm", "ConfigError": "flags", "Flags": "flags", 
             "require_count": "flags", "require_positive": "flags", "require_rollouts": "flags", "report": "records",
             "check": "run", "main": "run", "start_processes": "scale", "all_finite": "stops"}
 
-__all__ = ["available_cores", "fast", "prepare_jax", "print_help", *_EXPORTS]
+__all__ = ["available_cores", "prepare_jax", "print_help", *_EXPORTS]
 
 
 def __getattr__(name):
-    if name == "fast":
-        return importlib.import_module("scanrl.harness.fast")
     if name not in _EXPORTS:
         raise AttributeError(f"module 'scanrl.harness' has no attribute {name!r}")
     value = getattr(importlib.import_module(f"scanrl.harness.{_EXPORTS[name]}"), name)

@@ -54,7 +54,7 @@ class Algorithm:
     file name without .py, so a copy of ppo.py saved as ppo_kl.py is "ppo_kl" and its runs are its own"""
     sampled_policy: Callable | None = None
     """`(config, runner, key) -> policy`: the policy training acts with, each action sampled from the agent's
-    distribution with randomness from `key` (an `envs.RecurrentPolicy`, e.g. `envs.sampling_policy`), for --eval
+    distribution with randomness from `key` (an `envs.RecurrentPolicy`, e.g. `blocks.sampling_policy`), for --eval
     --eval-sampled; None where the script's policy is deterministic (greedy Q-values, TD3's actor)"""
     validate: Callable[[Any], None] = _no_checks
     """raises `ConfigError` for a config this algorithm cannot train (the shared flags are checked already)"""

@@ -1,35 +1,35 @@
-"""harness.fast: CPU-fast equivalents of JAX primitives, against what they replace."""
+"""scanrl.blocks: CPU-fast equivalents of JAX primitives, against what they replace."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from scanrl.harness import fast
+from scanrl import blocks
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 7, 512, 1000, 65536, 70000])  # 70000: past 16 index bits, jax's own
 def test_permutation_is_a_permutation(n):
-    order = np.asarray(jax.jit(fast.permutation, static_argnums=1)(jax.random.PRNGKey(n), n))
+    order = np.asarray(jax.jit(blocks.permutation, static_argnums=1)(jax.random.PRNGKey(n), n))
     assert order.dtype == np.int32 and sorted(order.tolist()) == list(range(n))
 
 
 def test_permutation_is_uniform():
     """All 24 orders of 4 items come up about equally often over 24,000 keys (each within 5 standard deviations of
     1,000), and different keys give different orders."""
-    orders = np.asarray(jax.vmap(lambda k: fast.permutation(k, 4))(jax.random.split(jax.random.PRNGKey(0), 24_000)))
+    orders = np.asarray(jax.vmap(lambda k: blocks.permutation(k, 4))(jax.random.split(jax.random.PRNGKey(0), 24_000)))
     codes, counts = np.unique(orders @ np.array([64, 16, 4, 1]), return_counts=True)
     assert len(codes) == 24
     assert np.abs(counts - 1000).max() < 5 * np.sqrt(1000 * (1 - 1 / 24)), counts
 
 
-# harness.fast.epsilon_greedy: one uint32 per step decides exploration and breaks ties
+# blocks.epsilon_greedy: one uint32 per step decides exploration and breaks ties
 
 
 def action_frequencies(q_row, epsilon, num=40_000, seed=0):
     bits = jax.random.bits(jax.random.PRNGKey(seed), (num,), jnp.uint32)
     q = jnp.broadcast_to(jnp.asarray(q_row, jnp.float32), (num, len(q_row)))
-    actions = fast.epsilon_greedy(q, bits, jnp.float32(epsilon))
+    actions = blocks.epsilon_greedy(q, bits, jnp.float32(epsilon))
     return np.bincount(np.asarray(actions), minlength=len(q_row)) / num
 
 
