@@ -8,7 +8,7 @@ The whole training run (rollout, advantages, update epochs) is one `lax.scan` in
 
 Writes `<out-dir>/<run-name>/`: config.json, metrics.csv (one row per update and agent), learning_curve.png and
 summary.json; with `--track`, a wandb run as well. All but the algorithm (the flags every script shares, the run
-directory, checkpoints and --resume, --eval, sweeps, devices and processes, wandb) is the harness's (scanrl/harness/).
+directory, checkpoints and --resume, --eval, sweeps, devices and processes, wandb) is the harness's (scanrl.harness).
 """
 
 from scanrl import harness
@@ -35,7 +35,7 @@ class Config(harness.Flags):
     flags every script shares (harness.Flags)."""
 
     log_every: int = 20
-    """print progress (and log to wandb) every this many updates"""
+    """print progress (and log to wandb) every this many iterations (updates)"""
     # algorithm
     num_envs: int = 4
     """parallel envs per agent"""
@@ -164,15 +164,18 @@ def make_networks(config: Config, env, env_params):
     return actor, critic, discrete, action_dim
 
 
+def steps_per_iteration(config: Config) -> int:
+    """Env steps of one agent in an iteration of the training scan (an update): a rollout of num_envs x num_steps."""
+    return config.num_envs * config.num_steps
+
+
 def num_iterations(config: Config) -> int:
-    """Updates, the iterations of the training scan: each a rollout of num_envs x num_steps and its epochs."""
-    return config.total_timesteps // (config.num_envs * config.num_steps)
+    return config.total_timesteps // steps_per_iteration(config)
 
 
-def make_train_parts(config: Config, log_fn=None):
-    """PPO for one agent as `(init, run)`, pure and jittable (see harness.Algorithm): `init(rng)`
-    and `run(agent, runner, updates)`, one `lax.scan` over the updates numbered `updates`, calling
-    `log_fn(agent, update, metrics)` every `log_every` updates."""
+def make_train_parts(config: Config):
+    """PPO for one agent as `(init, update)`, pure and jittable: `init(rng) -> runner` and `update(runner) ->
+    (runner, metrics)`, one iteration: a rollout of every env, its advantages, and the update epochs."""
     batch_size = config.num_envs * config.num_steps
     minibatch_size = batch_size // config.num_minibatches
     num_updates = num_iterations(config)
@@ -199,109 +202,103 @@ def make_train_parts(config: Config, log_fn=None):
         params = {"actor": actor.init(key_actor, obs[0]), "critic": critic.init(key_critic, obs[0])}
         return RunnerState(TrainState.create(apply_fn=None, params=params, tx=tx), env_state, obs, rng)
 
-    def run(agent, runner, updates):
-        def _env_step(runner, noise):
-            train_state, env_state, obs, rng = runner
-            action_noise, env_keys = noise
-            pi = actor.apply(train_state.params["actor"], obs)
-            action = sample_with_noise(pi, action_noise)
-            next_obs, env_state, reward, terminated, truncated, info = env.step(
-                env_keys, env_state, action, env_params
-            )
-            transition = Transition(
-                obs, action, (pi.logits,) if discrete else (pi.loc, pi.scale_diag), reward,
-                terminated.astype(jnp.float32), info["episode_done"].astype(jnp.float32), info["final_observation"],
-                info["episode_return"], info["episode_length"],
-            )
-            return RunnerState(train_state, env_state, next_obs, rng), transition
+    def _env_step(runner, noise):
+        train_state, env_state, obs, rng = runner
+        action_noise, env_keys = noise
+        pi = actor.apply(train_state.params["actor"], obs)
+        action = sample_with_noise(pi, action_noise)
+        next_obs, env_state, reward, terminated, truncated, info = env.step(
+            env_keys, env_state, action, env_params
+        )
+        transition = Transition(
+            obs, action, (pi.logits,) if discrete else (pi.loc, pi.scale_diag), reward,
+            terminated.astype(jnp.float32), info["episode_done"].astype(jnp.float32), info["final_observation"],
+            info["episode_return"], info["episode_length"],
+        )
+        return RunnerState(train_state, env_state, next_obs, rng), transition
 
-        def _loss_fn(params, batch):
-            obs, action, old_log_prob, old_value, advantage, target = batch
-            pi = actor.apply(params["actor"], obs)
-            log_prob = pi.log_prob(action)
-            value = critic.apply(params["critic"], obs)
-            advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
-            log_ratio = log_prob - old_log_prob
-            ratio = jnp.exp(log_ratio)
-            clipped_ratio = jnp.clip(ratio, 1.0 - config.clip_coef, 1.0 + config.clip_coef)
-            actor_loss = -jnp.minimum(ratio * advantage, clipped_ratio * advantage).mean()
-            value_clipped = old_value + jnp.clip(value - old_value, -config.clip_coef, config.clip_coef)
-            critic_loss = 0.5 * jnp.maximum((value - target) ** 2, (value_clipped - target) ** 2).mean()
-            entropy = pi.entropy().mean()
-            loss = actor_loss + config.vf_coef * critic_loss - config.ent_coef * entropy
-            stats = {
-                "loss/actor": actor_loss,
-                "loss/critic": critic_loss,
-                "entropy": entropy,
-                "approx_kl": ((ratio - 1.0) - log_ratio).mean(),  # Schulman's low-variance KL estimator
-                "clip_frac": (jnp.abs(ratio - 1.0) > config.clip_coef).mean(),
-            }
-            return loss, stats
+    def _loss_fn(params, batch):
+        obs, action, old_log_prob, old_value, advantage, target = batch
+        pi = actor.apply(params["actor"], obs)
+        log_prob = pi.log_prob(action)
+        value = critic.apply(params["critic"], obs)
+        advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+        log_ratio = log_prob - old_log_prob
+        ratio = jnp.exp(log_ratio)
+        clipped_ratio = jnp.clip(ratio, 1.0 - config.clip_coef, 1.0 + config.clip_coef)
+        actor_loss = -jnp.minimum(ratio * advantage, clipped_ratio * advantage).mean()
+        value_clipped = old_value + jnp.clip(value - old_value, -config.clip_coef, config.clip_coef)
+        critic_loss = 0.5 * jnp.maximum((value - target) ** 2, (value_clipped - target) ** 2).mean()
+        entropy = pi.entropy().mean()
+        loss = actor_loss + config.vf_coef * critic_loss - config.ent_coef * entropy
+        stats = {
+            "loss/actor": actor_loss,
+            "loss/critic": critic_loss,
+            "entropy": entropy,
+            "approx_kl": ((ratio - 1.0) - log_ratio).mean(),  # Schulman's low-variance KL estimator
+            "clip_frac": (jnp.abs(ratio - 1.0) > config.clip_coef).mean(),
+        }
+        return loss, stats
 
-        def _update_minibatch(train_state, minibatch):
-            grads, stats = jax.grad(_loss_fn, has_aux=True)(train_state.params, minibatch)
-            return train_state.apply_gradients(grads=grads), stats
+    def _update_minibatch(train_state, minibatch):
+        grads, stats = jax.grad(_loss_fn, has_aux=True)(train_state.params, minibatch)
+        return train_state.apply_gradients(grads=grads), stats
 
-        def _update_epoch(carry, _):
-            train_state, batch, rng = carry
-            rng, key_perm = jax.random.split(rng)
-            permutation = blocks.permutation(key_perm, batch_size)
-            minibatches = jax.tree.map(
-                lambda x: x[permutation].reshape((config.num_minibatches, minibatch_size) + x.shape[1:]), batch
-            )
-            train_state, stats = jax.lax.scan(_update_minibatch, train_state, minibatches)
-            return (train_state, batch, rng), stats
+    def _update_epoch(carry, _):
+        train_state, batch, rng = carry
+        rng, key_perm = jax.random.split(rng)
+        permutation = blocks.permutation(key_perm, batch_size)
+        minibatches = jax.tree.map(
+            lambda x: x[permutation].reshape((config.num_minibatches, minibatch_size) + x.shape[1:]), batch
+        )
+        train_state, stats = jax.lax.scan(_update_minibatch, train_state, minibatches)
+        return (train_state, batch, rng), stats
 
-        def _update_step(runner, update):
-            # The rollout's randomness in two batched draws before the scan instead of small ones at every
-            # step: on CPU each random draw inside the scan body is a loop of its own (threefry's rounds).
-            rng, key_noise, key_env = jax.random.split(runner.rng, 3)
-            noise = (
-                draw_noise(key_noise, (config.num_steps, config.num_envs, action_dim), discrete),
-                jax.random.split(key_env, (config.num_steps, config.num_envs)),
-            )
-            runner, traj = jax.lax.scan(_env_step, runner._replace(rng=rng), noise)
-            train_state, env_state, obs, rng = runner
-            # Values in one batched pass, outside the rollout scan (fewer, larger ops than step by step); the old
-            # log-probs from the distributions the rollout acted with, no second actor pass.
-            params = train_state.params
-            values = critic.apply(params["critic"], traj.obs)
-            # V(next obs) from the values shifted, evaluating the critic on the truncations' final observations only
-            next_values = blocks.next_obs_values(lambda x: critic.apply(params["critic"], x), values, traj.done,
-                                               traj.terminated, traj.next_obs, obs, max_truncations)
-            old_pi = distrax.Categorical(*traj.pi) if discrete else distrax.MultivariateNormalDiag(*traj.pi)
-            log_probs = old_pi.log_prob(traj.action)
-            advantages, targets = calculate_gae(
-                traj.reward, values, next_values, traj.terminated, traj.done, config.gamma, config.gae_lambda
-            )
-            batch = (traj.obs, traj.action, log_probs, values, advantages, targets)
-            batch = jax.tree.map(lambda x: x.reshape((batch_size,) + x.shape[2:]), batch)
-            (train_state, _, rng), stats = jax.lax.scan(
-                _update_epoch, (train_state, batch, rng), None, config.update_epochs
-            )
-            episodes = traj.done.sum()
-            metrics = {
-                "env_steps": (update + 1) * batch_size,
-                "episodes": episodes,
-                # Mean over the episodes that ended in this rollout; NaN if none did.
-                "episode_return": (traj.episode_return * traj.done).sum() / episodes,
-                "episode_length": (traj.episode_length * traj.done).sum() / episodes,
-                **jax.tree.map(jnp.mean, stats),
-                # Checked by the host after each chunk: no sync here.
-                "nonfinite": ~harness.all_finite((train_state, stats)),  # parameters and Adam moments
-            }
-            harness.report(log_fn, agent, update, metrics, every=config.log_every)
-            return RunnerState(train_state, env_state, obs, rng), metrics
+    def update(runner):
+        # The rollout's randomness in two batched draws before the scan instead of small ones at every
+        # step: on CPU each random draw inside the scan body is a loop of its own (threefry's rounds).
+        rng, key_noise, key_env = jax.random.split(runner.rng, 3)
+        noise = (
+            draw_noise(key_noise, (config.num_steps, config.num_envs, action_dim), discrete),
+            jax.random.split(key_env, (config.num_steps, config.num_envs)),
+        )
+        runner, traj = jax.lax.scan(_env_step, runner._replace(rng=rng), noise)
+        train_state, env_state, obs, rng = runner
+        # Values in one batched pass, outside the rollout scan (fewer, larger ops than step by step); the old
+        # log-probs from the distributions the rollout acted with, no second actor pass.
+        params = train_state.params
+        values = critic.apply(params["critic"], traj.obs)
+        # V(next obs) from the values shifted, evaluating the critic on the truncations' final observations only
+        next_values = blocks.next_obs_values(lambda x: critic.apply(params["critic"], x), values, traj.done,
+                                           traj.terminated, traj.next_obs, obs, max_truncations)
+        old_pi = distrax.Categorical(*traj.pi) if discrete else distrax.MultivariateNormalDiag(*traj.pi)
+        log_probs = old_pi.log_prob(traj.action)
+        advantages, targets = calculate_gae(
+            traj.reward, values, next_values, traj.terminated, traj.done, config.gamma, config.gae_lambda
+        )
+        batch = (traj.obs, traj.action, log_probs, values, advantages, targets)
+        batch = jax.tree.map(lambda x: x.reshape((batch_size,) + x.shape[2:]), batch)
+        (train_state, _, rng), stats = jax.lax.scan(
+            _update_epoch, (train_state, batch, rng), None, config.update_epochs
+        )
+        episodes = traj.done.sum()
+        metrics = {
+            "episodes": episodes,
+            # Mean over the episodes that ended in this rollout; NaN if none did.
+            "episode_return": (traj.episode_return * traj.done).sum() / episodes,
+            "episode_length": (traj.episode_length * traj.done).sum() / episodes,
+            **jax.tree.map(jnp.mean, stats),
+        }
+        return RunnerState(train_state, env_state, obs, rng), metrics
 
-        return jax.lax.scan(_update_step, runner, updates)
-
-    return init, run
+    return init, update
 
 
-def make_train(config: Config, log_fn=None):
-    """`train(rng) -> (runner, metrics)`: one agent's whole run, pure and jittable; metrics have an update axis."""
-    init, run = make_train_parts(config, log_fn)
-    return lambda rng: run(rng, init(rng), jnp.arange(num_iterations(config)))
+def make_train(config: Config):
+    """`train(rng) -> (runner, metrics)`: one agent's whole run, pure and jittable; metrics have an iteration axis.
+    The command line runs this scan, chunk by chunk."""
+    init, update = make_train_parts(config)
+    return lambda rng: jax.lax.scan(lambda runner, _: update(runner), init(rng), None, num_iterations(config))
 
 
 def actor_distribution(config: Config, runner):
@@ -331,25 +328,28 @@ def sampled_policy(config: Config, runner, key):
 
 def validate(config: Config):
     """Raises harness.ConfigError for what PPO cannot train (the harness checks the shared flags and --env)."""
-    harness.require_positive(config, "num_envs", "num_steps", "update_epochs", "num_minibatches", "hidden_size",
-                             "learning_rate", "clip_coef", "max_grad_norm")
-    harness.require_between(config, 0, 1, "gamma", "gae_lambda")
-    harness.require_between(config, 0, float("inf"), "vf_coef", "ent_coef")  # < 0 would ascend the loss term
+    harness.require(config, positive=("num_envs", "num_steps", "update_epochs", "num_minibatches", "hidden_size",
+                                      "learning_rate", "clip_coef", "max_grad_norm"),
+                    unit=("gamma", "gae_lambda"), nonnegative=("vf_coef", "ent_coef"))  # < 0 would ascend the term
     if config.activation not in ACTIVATIONS:
         raise harness.ConfigError(f"--activation {config.activation!r} is unknown; use one of "
                                   f"{', '.join(ACTIVATIONS)}")
-    harness.require_rollouts(config)
+    rollout = steps_per_iteration(config)
+    if config.total_timesteps < rollout:
+        raise harness.ConfigError(f"--total-timesteps {config.total_timesteps} is smaller than one rollout (--num-envs "
+                                  f"x --num-steps = {rollout}); raise it or shrink the rollout")
+    if rollout % config.num_minibatches:
+        raise harness.ConfigError(f"--num-minibatches {config.num_minibatches} does not divide the rollout (--num-envs "
+                                  f"x --num-steps = {rollout}); use a divisor of {rollout}")
 
 
 # The hand-off to the harness: a fork keeps it (its runs take the fork's file name); new metrics go in METRIC_KEYS.
-METRIC_KEYS = ("env_steps", "episodes", "episode_return", "episode_length",
-               "loss/actor", "loss/critic", "entropy", "approx_kl", "clip_frac", "nonfinite")
+METRIC_KEYS = ("episodes", "episode_return", "episode_length", "loss/actor", "loss/critic", "entropy", "approx_kl",
+               "clip_frac")
 
 ALGORITHM = harness.Algorithm(
-    config=Config, make_train_parts=make_train_parts, num_iterations=num_iterations,
+    config=Config, make_train_parts=make_train_parts, steps_per_iteration=steps_per_iteration,
     policy=deterministic_policy, sampled_policy=sampled_policy, metric_keys=METRIC_KEYS, validate=validate,
-    nonfinite_hint="lower --learning-rate or --max-grad-norm",
-    chunk_steps=3_000_000, size_flags=("num_envs", "num_steps", "hidden_size"),  # ~120k env steps/s on CartPole
 )
 
 

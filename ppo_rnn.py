@@ -10,7 +10,7 @@ episode; the memory resets to zeros where an episode starts; the rollout keeps t
 update replays whole env sequences from it (minibatches are envs, not shuffled time steps: truncated backprop
 through the rollout); a truncated episode bootstraps from its final observation seen with its own memory. The
 harness evaluates the policy with its memory (envs.RecurrentPolicy). Writes what ppo.py writes; the run
-directory, checkpoints, --resume, --eval, --gif, sweeps, devices and wandb are the harness's (scanrl/harness/).
+directory, checkpoints, --resume, --eval, --gif, sweeps, devices and wandb are the harness's (scanrl.harness).
 """
 
 from scanrl import harness
@@ -42,7 +42,7 @@ class Config(harness.Flags):
     total_timesteps: int = 1_000_000
     """env steps per agent"""
     log_every: int = 20
-    """print progress (and log to wandb) every this many updates"""
+    """print progress (and log to wandb) every this many iterations (updates)"""
     # algorithm
     num_envs: int = 4
     """parallel envs per agent"""
@@ -191,16 +191,19 @@ def make_network(config: Config, env, env_params):
     return network, discrete, action_dim
 
 
+def steps_per_iteration(config: Config) -> int:
+    """Env steps of one agent in an iteration of the training scan (an update): a rollout of num_envs x num_steps."""
+    return config.num_envs * config.num_steps
+
+
 def num_iterations(config: Config) -> int:
-    """Updates, the iterations of the training scan: each a rollout of num_envs x num_steps and its epochs."""
-    return config.total_timesteps // (config.num_envs * config.num_steps)
+    return config.total_timesteps // steps_per_iteration(config)
 
 
-def make_train_parts(config: Config, log_fn=None):
-    """PPO-RNN for one agent as `(init, run)`, pure and jittable (see harness.Algorithm): `init(rng)` and
-    `run(agent, runner, updates)`, one `lax.scan` over the updates numbered `updates`, calling
-    `log_fn(agent, update, metrics)` every `log_every` updates."""
-    batch_size = config.num_envs * config.num_steps
+def make_train_parts(config: Config):
+    """PPO-RNN for one agent as `(init, update)`, pure and jittable: `init(rng) -> runner` and `update(runner) ->
+    (runner, metrics)`, one iteration: a rollout of every env with its memory, its advantages, and the update
+    epochs over whole env sequences."""
     envs_per_minibatch = config.num_envs // config.num_minibatches
     num_updates = num_iterations(config)
     env, env_params = envs.make_vec(config.env, config.num_envs)
@@ -226,116 +229,110 @@ def make_train_parts(config: Config, log_fn=None):
         return RunnerState(TrainState.create(apply_fn=None, params=params, tx=tx), env_state, obs, start, memory,
                            rng)
 
-    def run(agent, runner, updates):
-        def _env_step(runner, noise):
-            train_state, env_state, obs, start, memory, rng = runner
-            action_noise, env_keys = noise
-            # One step of the sequence: the time axis has length 1.
-            memory, pi, value = network.apply(train_state.params, memory, obs[None], start[None])
-            pi, value = jax.tree.map(lambda x: x[0], (pi, value))
-            action = sample_with_noise(pi, action_noise, discrete)
-            next_obs, env_state, reward, terminated, truncated, info = env.step(
-                env_keys, env_state, action, env_params
-            )
-            transition = Transition(
-                obs, start, action, pi, value, memory, reward, terminated.astype(jnp.float32),
-                info["episode_done"].astype(jnp.float32), info["final_observation"], info["episode_return"],
-                info["episode_length"],
-            )
-            return RunnerState(train_state, env_state, next_obs, info["episode_done"], memory, rng), transition
+    def _env_step(runner, noise):
+        train_state, env_state, obs, start, memory, rng = runner
+        action_noise, env_keys = noise
+        # One step of the sequence: the time axis has length 1.
+        memory, pi, value = network.apply(train_state.params, memory, obs[None], start[None])
+        pi, value = jax.tree.map(lambda x: x[0], (pi, value))
+        action = sample_with_noise(pi, action_noise, discrete)
+        next_obs, env_state, reward, terminated, truncated, info = env.step(
+            env_keys, env_state, action, env_params
+        )
+        transition = Transition(
+            obs, start, action, pi, value, memory, reward, terminated.astype(jnp.float32),
+            info["episode_done"].astype(jnp.float32), info["final_observation"], info["episode_return"],
+            info["episode_length"],
+        )
+        return RunnerState(train_state, env_state, next_obs, info["episode_done"], memory, rng), transition
 
-        def _loss_fn(params, batch):
-            initial_memory, obs, start, action, old_log_prob, old_value, advantage, target = batch
-            # The minibatch's env sequences replayed from the memory their rollout started with.
-            _, pi, value = network.apply(params, initial_memory, obs, start)
-            pi = distribution(pi, discrete)
-            log_prob = pi.log_prob(action)
-            advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
-            log_ratio = log_prob - old_log_prob
-            ratio = jnp.exp(log_ratio)
-            clipped_ratio = jnp.clip(ratio, 1.0 - config.clip_coef, 1.0 + config.clip_coef)
-            actor_loss = -jnp.minimum(ratio * advantage, clipped_ratio * advantage).mean()
-            value_clipped = old_value + jnp.clip(value - old_value, -config.clip_coef, config.clip_coef)
-            critic_loss = 0.5 * jnp.maximum((value - target) ** 2, (value_clipped - target) ** 2).mean()
-            entropy = pi.entropy().mean()
-            loss = actor_loss + config.vf_coef * critic_loss - config.ent_coef * entropy
-            stats = {
-                "loss/actor": actor_loss,
-                "loss/critic": critic_loss,
-                "entropy": entropy,
-                "approx_kl": ((ratio - 1.0) - log_ratio).mean(),  # Schulman's low-variance KL estimator
-                "clip_frac": (jnp.abs(ratio - 1.0) > config.clip_coef).mean(),
-            }
-            return loss, stats
+    def _loss_fn(params, batch):
+        initial_memory, obs, start, action, old_log_prob, old_value, advantage, target = batch
+        # The minibatch's env sequences replayed from the memory their rollout started with.
+        _, pi, value = network.apply(params, initial_memory, obs, start)
+        pi = distribution(pi, discrete)
+        log_prob = pi.log_prob(action)
+        advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+        log_ratio = log_prob - old_log_prob
+        ratio = jnp.exp(log_ratio)
+        clipped_ratio = jnp.clip(ratio, 1.0 - config.clip_coef, 1.0 + config.clip_coef)
+        actor_loss = -jnp.minimum(ratio * advantage, clipped_ratio * advantage).mean()
+        value_clipped = old_value + jnp.clip(value - old_value, -config.clip_coef, config.clip_coef)
+        critic_loss = 0.5 * jnp.maximum((value - target) ** 2, (value_clipped - target) ** 2).mean()
+        entropy = pi.entropy().mean()
+        loss = actor_loss + config.vf_coef * critic_loss - config.ent_coef * entropy
+        stats = {
+            "loss/actor": actor_loss,
+            "loss/critic": critic_loss,
+            "entropy": entropy,
+            "approx_kl": ((ratio - 1.0) - log_ratio).mean(),  # Schulman's low-variance KL estimator
+            "clip_frac": (jnp.abs(ratio - 1.0) > config.clip_coef).mean(),
+        }
+        return loss, stats
 
-        def _update_minibatch(train_state, minibatch):
-            grads, stats = jax.grad(_loss_fn, has_aux=True)(train_state.params, minibatch)
-            return train_state.apply_gradients(grads=grads), stats
+    def _update_minibatch(train_state, minibatch):
+        grads, stats = jax.grad(_loss_fn, has_aux=True)(train_state.params, minibatch)
+        return train_state.apply_gradients(grads=grads), stats
 
-        def _update_epoch(carry, _):
-            train_state, (initial_memory, sequences), rng = carry
-            rng, key_perm = jax.random.split(rng)
-            # Minibatches of whole env sequences: the envs shuffled, the time axis kept in order.
-            permutation = blocks.permutation(key_perm, config.num_envs)
-            initial_memories = initial_memory[permutation].reshape(
-                (config.num_minibatches, envs_per_minibatch) + initial_memory.shape[1:])
-            minibatches = jax.tree.map(
-                lambda x: jnp.swapaxes(x[:, permutation].reshape(
-                    (x.shape[0], config.num_minibatches, envs_per_minibatch) + x.shape[2:]), 0, 1), sequences)
-            train_state, stats = jax.lax.scan(_update_minibatch, train_state, (initial_memories, *minibatches))
-            return (train_state, (initial_memory, sequences), rng), stats
+    def _update_epoch(carry, _):
+        train_state, (initial_memory, sequences), rng = carry
+        rng, key_perm = jax.random.split(rng)
+        # Minibatches of whole env sequences: the envs shuffled, the time axis kept in order.
+        permutation = blocks.permutation(key_perm, config.num_envs)
+        initial_memories = initial_memory[permutation].reshape(
+            (config.num_minibatches, envs_per_minibatch) + initial_memory.shape[1:])
+        minibatches = jax.tree.map(
+            lambda x: jnp.swapaxes(x[:, permutation].reshape(
+                (x.shape[0], config.num_minibatches, envs_per_minibatch) + x.shape[2:]), 0, 1), sequences)
+        train_state, stats = jax.lax.scan(_update_minibatch, train_state, (initial_memories, *minibatches))
+        return (train_state, (initial_memory, sequences), rng), stats
 
-        def _update_step(runner, update):
-            # The rollout's randomness in two batched draws before the scan instead of small ones at every
-            # step: on CPU each random draw inside the scan body is a loop of its own (threefry's rounds).
-            rng, key_noise, key_env = jax.random.split(runner.rng, 3)
-            noise = (
-                draw_noise(key_noise, (config.num_steps, config.num_envs, action_dim), discrete),
-                jax.random.split(key_env, (config.num_steps, config.num_envs)),
-            )
-            initial_memory = runner.memory
-            runner, traj = jax.lax.scan(_env_step, runner._replace(rng=rng), noise)
-            train_state, env_state, obs, start, memory, rng = runner
-            params = train_state.params
+    def update(runner):
+        # The rollout's randomness in two batched draws before the scan instead of small ones at every
+        # step: on CPU each random draw inside the scan body is a loop of its own (threefry's rounds).
+        rng, key_noise, key_env = jax.random.split(runner.rng, 3)
+        noise = (
+            draw_noise(key_noise, (config.num_steps, config.num_envs, action_dim), discrete),
+            jax.random.split(key_env, (config.num_steps, config.num_envs)),
+        )
+        initial_memory = runner.memory
+        runner, traj = jax.lax.scan(_env_step, runner._replace(rng=rng), noise)
+        train_state, env_state, obs, start, memory, rng = runner
+        params = train_state.params
 
-            def value_fn(obs, memory):  # V of observations each seen after its own memory, as the next step sees it
-                return network.apply(params, memory, obs[None], jnp.zeros(obs.shape[:1], bool)[None])[2][0]
+        def value_fn(obs, memory):  # V of observations each seen after its own memory, as the next step sees it
+            return network.apply(params, memory, obs[None], jnp.zeros(obs.shape[:1], bool)[None])[2][0]
 
-            # V(next obs) from the values shifted, and one network step on the truncations' final observations from
-            # the memory of their episode's last step (the memory resets only when the next episode starts).
-            next_values = blocks.next_obs_values(value_fn, traj.value, traj.done, traj.terminated, traj.next_obs, obs,
-                                               max_truncations, memory=traj.memory)
-            log_probs = distribution(traj.pi, discrete).log_prob(traj.action)
-            advantages, targets = calculate_gae(
-                traj.reward, traj.value, next_values, traj.terminated, traj.done, config.gamma, config.gae_lambda
-            )
-            sequences = (traj.obs, traj.start, traj.action, log_probs, traj.value, advantages, targets)
-            (train_state, _, rng), stats = jax.lax.scan(
-                _update_epoch, (train_state, (initial_memory, sequences), rng), None, config.update_epochs
-            )
-            episodes = traj.done.sum()
-            metrics = {
-                "env_steps": (update + 1) * batch_size,
-                "episodes": episodes,
-                # Mean over the episodes that ended in this rollout; NaN if none did.
-                "episode_return": (traj.episode_return * traj.done).sum() / episodes,
-                "episode_length": (traj.episode_length * traj.done).sum() / episodes,
-                **jax.tree.map(jnp.mean, stats),
-                # Checked by the host after each chunk: no sync here.
-                "nonfinite": ~harness.all_finite((train_state, stats)),  # parameters and Adam moments
-            }
-            harness.report(log_fn, agent, update, metrics, every=config.log_every)
-            return RunnerState(train_state, env_state, obs, start, memory, rng), metrics
+        # V(next obs) from the values shifted, and one network step on the truncations' final observations from
+        # the memory of their episode's last step (the memory resets only when the next episode starts).
+        next_values = blocks.next_obs_values(value_fn, traj.value, traj.done, traj.terminated, traj.next_obs, obs,
+                                             max_truncations, memory=traj.memory)
+        log_probs = distribution(traj.pi, discrete).log_prob(traj.action)
+        advantages, targets = calculate_gae(
+            traj.reward, traj.value, next_values, traj.terminated, traj.done, config.gamma, config.gae_lambda
+        )
+        sequences = (traj.obs, traj.start, traj.action, log_probs, traj.value, advantages, targets)
+        (train_state, _, rng), stats = jax.lax.scan(
+            _update_epoch, (train_state, (initial_memory, sequences), rng), None, config.update_epochs
+        )
+        episodes = traj.done.sum()
+        metrics = {
+            "episodes": episodes,
+            # Mean over the episodes that ended in this rollout; NaN if none did.
+            "episode_return": (traj.episode_return * traj.done).sum() / episodes,
+            "episode_length": (traj.episode_length * traj.done).sum() / episodes,
+            **jax.tree.map(jnp.mean, stats),
+        }
+        return RunnerState(train_state, env_state, obs, start, memory, rng), metrics
 
-        return jax.lax.scan(_update_step, runner, updates)
-
-    return init, run
+    return init, update
 
 
-def make_train(config: Config, log_fn=None):
-    """`train(rng) -> (runner, metrics)`: one agent's whole run, pure and jittable; metrics have an update axis."""
-    init, run = make_train_parts(config, log_fn)
-    return lambda rng: run(rng, init(rng), jnp.arange(num_iterations(config)))
+def make_train(config: Config):
+    """`train(rng) -> (runner, metrics)`: one agent's whole run, pure and jittable; metrics have an iteration axis.
+    The command line runs this scan, chunk by chunk."""
+    init, update = make_train_parts(config)
+    return lambda rng: jax.lax.scan(lambda runner, _: update(runner), init(rng), None, num_iterations(config))
 
 
 def policy_step(config: Config, runner):
@@ -381,10 +378,9 @@ def sampled_policy(config: Config, runner, key):
 
 def validate(config: Config):
     """Raises harness.ConfigError for what PPO-RNN cannot train (the harness checks the shared flags and --env)."""
-    harness.require_positive(config, "num_envs", "num_steps", "update_epochs", "num_minibatches", "hidden_size",
-                             "gru_size", "learning_rate", "clip_coef", "max_grad_norm")
-    harness.require_between(config, 0, 1, "gamma", "gae_lambda")
-    harness.require_between(config, 0, float("inf"), "vf_coef", "ent_coef")  # < 0 would ascend the loss term
+    harness.require(config, positive=("num_envs", "num_steps", "update_epochs", "num_minibatches", "hidden_size",
+                                      "gru_size", "learning_rate", "clip_coef", "max_grad_norm"),
+                    unit=("gamma", "gae_lambda"), nonnegative=("vf_coef", "ent_coef"))  # < 0 would ascend the loss
     if config.activation not in ACTIVATIONS:
         raise harness.ConfigError(f"--activation {config.activation!r} is unknown; use one of "
                                   f"{', '.join(ACTIVATIONS)}")
@@ -392,18 +388,19 @@ def validate(config: Config):
         raise harness.ConfigError(f"--num-minibatches {config.num_minibatches} does not divide --num-envs "
                                   f"{config.num_envs}: a minibatch is a group of whole env sequences; use a divisor "
                                   f"of {config.num_envs}")
-    harness.require_rollouts(config)
+    rollout = steps_per_iteration(config)
+    if config.total_timesteps < rollout:
+        raise harness.ConfigError(f"--total-timesteps {config.total_timesteps} is smaller than one rollout (--num-envs "
+                                  f"x --num-steps = {rollout}); raise it or shrink the rollout")
 
 
 # The hand-off to the harness: a fork keeps it (its runs take the fork's file name); new metrics go in METRIC_KEYS.
-METRIC_KEYS = ("env_steps", "episodes", "episode_return", "episode_length",
-               "loss/actor", "loss/critic", "entropy", "approx_kl", "clip_frac", "nonfinite")
+METRIC_KEYS = ("episodes", "episode_return", "episode_length", "loss/actor", "loss/critic", "entropy", "approx_kl",
+               "clip_frac")
 
 ALGORITHM = harness.Algorithm(
-    config=Config, make_train_parts=make_train_parts, num_iterations=num_iterations,
-    policy=deterministic_policy, sampled_policy=sampled_policy, metric_keys=METRIC_KEYS, validate=validate,
-    nonfinite_hint="lower --learning-rate or --max-grad-norm",
-    chunk_steps=1_000_000, size_flags=("num_envs", "num_steps", "hidden_size", "gru_size"),
+    config=Config, make_train_parts=make_train_parts, steps_per_iteration=steps_per_iteration,
+    policy=deterministic_policy, metric_keys=METRIC_KEYS, validate=validate, sampled_policy=sampled_policy,
 )
 
 

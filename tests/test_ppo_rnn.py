@@ -1,5 +1,6 @@
-"""ppo_rnn.py: the GRU's memory resets exactly where episodes start, a policy with memory is evaluated with it, and
-it learns what ppo.py cannot (slow): CartPole without velocities and MemoryChain."""
+"""ppo_rnn.py: the GRU's memory resets exactly where episodes start, a policy with memory is evaluated with it, its
+minibatches are whole env sequences, and it learns what ppo.py cannot (slow): CartPole without velocities and
+MemoryChain."""
 
 import jax
 import jax.numpy as jnp
@@ -8,7 +9,7 @@ import pytest
 from conftest import read_run
 
 import ppo_rnn
-from scanrl import blocks, envs
+from scanrl import blocks, envs, harness
 
 
 def network(discrete=True, action_dim=2):
@@ -105,6 +106,16 @@ def test_truncation_bootstraps_from_the_final_observation_with_its_episodes_memo
     next_obs = jnp.array([[[5.0]], [[6.0]], [[7.0]]])
     got = blocks.next_obs_values(value_fn, values, done, jnp.zeros((3, 1)), next_obs, jnp.array([[8.0]]), 3, memory)
     np.testing.assert_allclose(got[:, 0], [0.0, 6.0 + 10 * 2.0, 8.0 + 10 * 3.0])
+
+
+def test_validate_refuses_minibatches_that_split_env_sequences_and_a_budget_under_one_rollout():
+    """A minibatch is a group of whole env sequences (--num-minibatches must divide --num-envs, not only the
+    rollout), and a run trains at least one rollout."""
+    ppo_rnn.validate(ppo_rnn.Config())
+    with pytest.raises(harness.ConfigError, match="--num-minibatches 4 does not divide --num-envs 6"):
+        ppo_rnn.validate(ppo_rnn.Config(num_envs=6, num_minibatches=4))  # 4 divides the rollout, 6 x 128
+    with pytest.raises(harness.ConfigError, match=r"--total-timesteps 500 is smaller than one rollout .* = 512"):
+        ppo_rnn.validate(ppo_rnn.Config(total_timesteps=500))
 
 
 @pytest.mark.slow

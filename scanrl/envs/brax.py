@@ -50,7 +50,8 @@ EnvParams = SuiteParams  # the time limit, 1,000 steps by default
 
 
 class BraxEnv(SuiteEnv):
-    """One Brax task as a gymnax `Environment` (scanrl/envs/suite.py): gymnax's `step` adds the auto-reset and time limit."""
+    """One Brax task as a gymnax `Environment` (scanrl/envs/suite.py): gymnax's `step` adds the auto-reset and time
+    limit."""
 
     def __init__(self, brax_env, name: str, max_steps_in_episode: int = 1000):
         self.brax_env = brax_env

@@ -1,5 +1,5 @@
-"""What every optional suite's adapter shares (scanrl/envs/brax.py, craftax.py, xminigrid.py, playground.py): a suite's env
-behind the gymnax 1.x `Environment` API, and the module interface `envs.make` dispatches on.
+"""What every optional suite's adapter shares (scanrl/envs/brax.py, craftax.py, xminigrid.py, playground.py): a
+suite's env behind the gymnax 1.x `Environment` API, and the module interface `envs.make` dispatches on.
 
 A suite's adapter subclasses `SuiteEnv` and gives two functions of the suite's own state:
 

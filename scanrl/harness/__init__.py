@@ -29,9 +29,8 @@ import sys
 
 # What `harness.<name>` gives, imported on first use: the package imports no JAX until a script needs it, so a
 # script's first line (prepare_jax) runs at once and --help can be answered before the heavy imports.
-_EXPORTS = {"Algorithm": "algorithm", "ConfigError": "flags", "Flags": "flags", "require_between": "flags",
-            "require_count": "flags", "require_positive": "flags", "require_rollouts": "flags", "report": "records",
-            "check": "run", "main": "run", "start_processes": "scale", "all_finite": "stops"}
+_EXPORTS = {"Algorithm": "algorithm", "ConfigError": "flags", "Flags": "flags", "require": "flags", "check": "run",
+            "main": "run", "start_processes": "scale"}
 
 __all__ = ["available_cores", "prepare_jax", "print_help", *_EXPORTS]
 

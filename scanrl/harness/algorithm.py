@@ -11,25 +11,21 @@ def _no_checks(config):
     return None
 
 
-def _as_is(config):
-    return config
-
-
 @dataclass(frozen=True)
 class Algorithm:
     """An algorithm as a script hands it to `harness.main`.
 
-    What the harness asks of `make_train_parts(config, log_fn=None) -> (init, run)`, both pure and jittable for
-    one agent (the harness vmaps them over agents and splits the agents over devices):
-    - `init(rng) -> runner`: the agent's whole state (networks, optimizer, env state, buffers, RNG key);
-    - `run(agent, runner, iterations) -> (runner, metrics)`: one `lax.scan` over the 1-D int array `iterations`
-      (its numbers, so any chunking of `arange(num_iterations(config))` gives the numbers of one call); each
-      metric has one value per iteration: `env_steps` (so far, per agent), `episodes` (ended in the iteration),
-      `episode_return` (their mean, NaN if none ended), `nonfinite` (see `harness.all_finite`), optionally
-      `updates` (gradient updates so far) and anything else named in `metric_keys`. `run` calls
-      `harness.report(log_fn, agent, iteration, metrics, every=config.log_every)` in each iteration, for users of
-      `make_train`; the harness passes no `log_fn` (a program with host callbacks cannot go into JAX's compilation
-      cache) and prints the progress lines between the pieces of a chunk (see `log_period`).
+    What the harness asks of `make_train_parts(config) -> (init, update)`, both pure and jittable for one agent (the
+    harness vmaps them over agents and splits the agents over devices), PureJaxRL's shape:
+    - `init(rng) -> runner`: the agent's whole state (networks, optimizer, env state, buffers, RNG key, counters);
+    - `update(runner) -> (runner, metrics)`: one iteration (a rollout and its update epochs, or one update phase).
+      `metrics` holds scalars named in `metric_keys`: `episode_return` (the mean of the episodes that ended in the
+      iteration, NaN if none did) and whatever else the script reports (`updates`: gradient updates so far, for
+      updates/s). The harness adds `env_steps` (`steps_per_iteration` per iteration) and `nonfinite` (a NaN or an
+      infinity in any flax `TrainState` of the runner, or in any float of a runner that holds none).
+
+    The command line runs `lax.scan` of `update`, as a script's `make_train` does, in pieces of a fixed length with
+    the run's metrics and checkpoints written between them.
 
     Sweeps: the harness calls `make_train_parts` once per agent inside the compiled program, with a config whose
     swept fields hold that agent's values (traced scalars), so `config.learning_rate` anywhere in the script is the
@@ -41,45 +37,23 @@ class Algorithm:
     """the script's `Config`: a frozen dataclass subclassing `harness.Flags`"""
     make_train_parts: Callable
     """see above"""
-    num_iterations: Callable[[Any], int]
-    """iterations of the training scan for a config"""
+    steps_per_iteration: Callable[[Any], int]
+    """env steps of one agent in one iteration, for a config; a run has total_timesteps // this many iterations"""
     policy: Callable
     """`(config, runner) -> policy`: one agent's deterministic policy, `act(obs batch) -> action batch`, or, for a
     policy with memory, an `envs.RecurrentPolicy` (its initial memory and `step(memory, obs, start) -> (memory,
     action)`): the final evaluation, --eval and --gif carry its memory through each episode"""
     metric_keys: tuple[str, ...] | Callable[[Any], tuple[str, ...]]
-    """metrics.csv's columns after `seed` and `iteration`, in order: `env_steps` first, `nonfinite` last"""
-    name: str | None = None
-    """the algorithm's name in run names, config.json, checkpoints and messages; None (the default): the script's
-    file name without .py, so a copy of ppo.py saved as ppo_kl.py is "ppo_kl" and its runs are its own"""
-    sampled_policy: Callable | None = None
-    """`(config, runner, key) -> policy`: the policy training acts with, each action sampled from the agent's
-    distribution with randomness from `key` (an `envs.RecurrentPolicy`, e.g. `blocks.sampling_policy`), for --eval
-    --eval-sampled; None where the script's policy is deterministic (greedy Q-values, TD3's actor)"""
+    """the keys of `update`'s metrics, in metrics.csv's order (after `seed`, `iteration` and `env_steps`)"""
     validate: Callable[[Any], None] = _no_checks
     """raises `ConfigError` for a config this algorithm cannot train (the shared flags are checked already)"""
-    resolve: Callable[[Any], Any] = _as_is
-    """the config as it trains, with defaults that depend on other fields filled in; runs before `validate`"""
-    result_flags: tuple[str, ...] = ()
-    """shared flags this algorithm computes with (td3: log_every sets its metrics rows), so --resume keeps them"""
-    nonfinite_hint: str = "lower --learning-rate"
-    """what to change when training diverges"""
-    chunk_steps: int | Callable[[Any], int] = 3_000_000
-    """env steps (all agents together) that take about 30 s on a 2-core CPU on the default env, or a function of
-    the config: the default --num-chunks makes chunks of about this size, so Ctrl-C or SIGTERM stop a default run
-    within about a minute, its checkpoint written"""
-    size_flags: tuple[str, ...] = ()
-    """the fields (besides --num-seeds) that set the memory a run needs, named when a run does not fit"""
-    log_period: Callable[[Any], int] | None = None
-    """iterations between progress lines (and wandb logs) for a config; None: `config.log_every`"""
-    final_stats: Callable | None = None
-    """`(config, runner) -> {name: array}` of one agent at the end of training (jittable), for `write_stats`"""
-    write_stats: Callable | None = None
-    """`(config, point_dir, stats) -> (summary fields, image paths)`: extra outputs of a sweep point's agents"""
-
-    def __post_init__(self):
-        if self.name is None:  # frozen: set once, here
-            object.__setattr__(self, "name", os.path.splitext(self.script)[0])
+    sampled_policy: Callable | None = None
+    """`(config, runner, key) -> policy`: the policy training acts with, each action sampled with randomness from
+    `key` (an `envs.RecurrentPolicy`, e.g. `blocks.sampling_policy`), for --eval --eval-sampled; None where the
+    script's policy is deterministic (greedy Q-values, TD3's actor)"""
+    write_outputs: Callable | None = None
+    """`(config, point_dir, runner) -> (summary fields, image paths)`: extra outputs of a sweep point, from its
+    agents' final runners (numpy, stacked on a leading agent axis); None: none"""
 
     @property
     def script(self) -> str:
@@ -87,11 +61,16 @@ class Algorithm:
         module = sys.modules[self.make_train_parts.__module__]
         return os.path.basename(getattr(module, "__file__", None) or f"{module.__name__}.py")
 
+    @property
+    def name(self) -> str:
+        """The algorithm's name in run names, config.json, checkpoints and messages: the script's file name without
+        .py, so a copy of ppo.py saved as ppo_kl.py is "ppo_kl" and its runs are its own."""
+        return os.path.splitext(self.script)[0]
+
+    def num_iterations(self, config) -> int:
+        return config.total_timesteps // self.steps_per_iteration(config)
+
     def metric_keys_of(self, config) -> tuple[str, ...]:
-        return self.metric_keys(config) if callable(self.metric_keys) else self.metric_keys
-
-    def chunk_steps_of(self, config) -> int:
-        return self.chunk_steps(config) if callable(self.chunk_steps) else self.chunk_steps
-
-    def log_period_of(self, config) -> int:
-        return self.log_period(config) if self.log_period is not None else config.log_every
+        """metrics.csv's columns after `seed` and `iteration`: env_steps, the script's metrics, nonfinite."""
+        keys = self.metric_keys(config) if callable(self.metric_keys) else self.metric_keys
+        return ("env_steps", *keys, "nonfinite")

@@ -62,13 +62,11 @@ def tiny_config(algorithm, flags, out_dir):
     config = tyro.cli(algorithm.config, args=list(flags))
     given = given_fields(algorithm, flags)
     tiny = {"num_seeds": 2, "eval_episodes": 2, "log_every": 1}
-    tiny = {k: v for k, v in tiny.items() if k not in given and k not in algorithm.result_flags}
+    tiny = {k: v for k, v in tiny.items() if k not in given}
     config = dataclasses.replace(config, **tiny, out_dir=out_dir, run_name="whole", keep_checkpoints=4)
     if "total_timesteps" not in given:
-        resolved = algorithm.resolve(config)
-        per_iteration = config.total_timesteps // max(1, algorithm.num_iterations(resolved))
-        config = dataclasses.replace(config, total_timesteps=4 * per_iteration)
-    iterations = algorithm.num_iterations(algorithm.resolve(config))
+        config = dataclasses.replace(config, total_timesteps=4 * algorithm.steps_per_iteration(config))
+    iterations = algorithm.num_iterations(config)
     return dataclasses.replace(config, num_chunks=min(4, iterations))
 
 
@@ -89,14 +87,21 @@ def run_main(module, config):
 
 
 def check_make_train(module, config):
-    """make_train of the plain config traces to one agent's whole run (its compiled form is what the run checks)."""
+    """make_train of the plain config traces to one agent's whole run: the scan of `update` the command line runs,
+    with the metrics it reports (METRIC_KEYS) on an iteration axis."""
     import jax
 
-    config = module.ALGORITHM.resolve(dataclasses.replace(config, num_chunks=None))
+    algorithm = module.ALGORITHM
+    config = dataclasses.replace(config, num_chunks=None)
     _, metrics = jax.eval_shape(module.make_train(config), jax.random.PRNGKey(config.seed))
-    rows = module.ALGORITHM.num_iterations(config)
-    if metrics["env_steps"].shape != (rows,):
-        raise ContractFailure(f"make_train's env_steps have shape {metrics['env_steps'].shape}, not ({rows},)")
+    rows = algorithm.num_iterations(config)
+    keys = algorithm.metric_keys_of(config)[1:-1]  # without the harness's env_steps and nonfinite
+    if set(metrics) != set(keys):
+        raise ContractFailure(f"make_train's metrics are {', '.join(metrics)}; METRIC_KEYS names {', '.join(keys)}")
+    shapes = {k: v.shape for k, v in metrics.items() if v.shape != (rows,)}
+    if shapes:
+        raise ContractFailure(f"make_train's metrics have shapes {shapes}, not ({rows},): is it the scan of update "
+                              f"over the {rows} iterations?")
     return f"{rows} iterations"
 
 
@@ -154,8 +159,7 @@ def check_resume(module, config, whole):
     for key in ("final_return", "eval_return", "env_steps"):
         if got[key] != expected[key]:
             raise ContractFailure(f"summary.json's {key}: {got[key]} resumed, {expected[key]} uninterrupted")
-    resolved = module.ALGORITHM.resolve(config)
-    (step_a, a), (step_b, b) = (restored_leaves(module, resolved, d) for d in (whole, cut))
+    (step_a, a), (step_b, b) = (restored_leaves(module, config, d) for d in (whole, cut))
     if step_a != step_b or any(not np.array_equal(x, y, equal_nan=True) for x, y in zip(a, b, strict=True)):
         raise ContractFailure("the resumed run's final parameters differ from the uninterrupted run's")
     return f"cut after iteration {steps[len(steps) // 2 - 1]} of {steps[-1]}: metrics, summary and state equal"
@@ -184,7 +188,7 @@ def changed_metrics(algorithm, config, values):
     program with a base point and one point per field (one seed each)."""
     import jax
 
-    from scanrl.harness.run import plan, run_chunk
+    from scanrl.harness.run import plan, run_pieces
     from scanrl.harness.scale import init_agents
 
     names = list(values)
@@ -193,10 +197,10 @@ def changed_metrics(algorithm, config, values):
     config = dataclasses.replace(config, sweep=("contract",), num_seeds=1, num_chunks=1)
     job, _ = quiet(plan, algorithm, config, points)
     scalar = jax.ShapeDtypeStruct((), np.int32)
-    compiled = job.segment.lower(job.agent_ids, job.abstract_runner, scalar, scalar, job.swept).compile()
+    compiled = job.segment.lower(job.abstract_runner, scalar, job.swept).compile()
     runner = init_agents(lambda key, swept: job.parts(swept)[1](key), job.sharding, job.keys, job.swept)
     runner = jax.tree.unflatten(jax.tree.structure(job.abstract_runner), jax.tree.leaves(runner))
-    _, metrics, _ = run_chunk(compiled, job, runner, 0, job.num_iterations, None)
+    _, metrics, _ = run_pieces(compiled, job, runner, 0, job.num_iterations, None)
     keys = [k for k in metrics if k not in ("env_steps", "nonfinite")]
     return [name for i, name in enumerate(names, start=1)
             if not all(np.array_equal(metrics[k][0], metrics[k][i], equal_nan=True) for k in keys)]
@@ -223,7 +227,6 @@ def check_fields(module, config):
     from scanrl.harness.scale import check_sweep_points, check_swept, sweepable_fields
 
     algorithm = module.ALGORITHM
-    config = algorithm.resolve(config)
     fixed, unread, candidates = [], [], {}
     for name in sweepable_fields(config):
         def accepted(v, name=name):

@@ -30,19 +30,16 @@ def evaluation_keys(keys) -> np.ndarray:
     return np.asarray(jax.vmap(lambda key: jax.random.fold_in(key, EVALUATION_FOLD))(keys))
 
 
-def make_evaluate(algorithm, config, with_stats=True, sampled=False):
-    """`evaluate(key, runner) -> (returns (eval_episodes,), final stats)` of one agent: the first episode of each of
-    `eval_episodes` envs played by its deterministic policy (`sampled`: its sampled policy, on the same episodes),
-    and the algorithm's `final_stats`."""
+def make_evaluate(algorithm, config, sampled=False):
+    """`evaluate(key, runner) -> returns (eval_episodes,)` of one agent: the first episode of each of `eval_episodes`
+    envs played by its deterministic policy (`sampled`: its sampled policy, on the same episodes)."""
     from scanrl import envs
 
     env, env_params = envs.make_vec(config.env, config.eval_episodes)
 
     def evaluate(key, runner):
         act = eval_policy(algorithm, config, runner, key, sampled)
-        returns = envs.evaluate(env, env_params, act, key, env_params.max_steps_in_episode)
-        stats = algorithm.final_stats(config, runner) if with_stats and algorithm.final_stats else {}
-        return returns, stats
+        return envs.evaluate(env, env_params, act, key, env_params.max_steps_in_episode)
 
     return evaluate
 
@@ -73,7 +70,6 @@ def evaluate_run(algorithm, config):
     run_config = algorithm.config(**{**saved, "eval_episodes": episodes})
     try:  # the saved config, checked as a new run's is (a config.json edited or damaged into values it cannot run)
         check_flags(dataclasses.replace(run_config, eval=config.eval))
-        run_config = algorithm.resolve(run_config)
         algorithm.validate(run_config)
     except ConfigError as error:
         raise ConfigError(f"--eval: {os.path.join(config.eval, 'config.json')} holds a config {algorithm.script} "
@@ -100,12 +96,12 @@ def evaluate_run(algorithm, config):
                           "before its first chunk ended: --resume it")
     runner, _, done = restored
     evaluate = jax.jit(jax.vmap(lambda key, runner, swept: make_evaluate(
-        algorithm, parts(swept)[0], False, config.eval_sampled)(key, runner)))
+        algorithm, parts(swept)[0], config.eval_sampled)(key, runner)))
     evaluate = evaluate.lower(jax.ShapeDtypeStruct(keys.shape, keys.dtype), abstract_runner, swept).compile()
     state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(abstract_runner))
     check_memory(run_config, algorithm, [], state_bytes, 0, evaluate)  # before it runs
     eval_keys = evaluation_keys(keys)
-    returns, _ = evaluate(eval_keys, runner, swept)
+    returns = evaluate(eval_keys, runner, swept)
     returns = np.asarray(returns)
     indices = range(len(keys)) if config.seed_index is None else [config.seed_index]
     which = "sampled policy (actions drawn as in training)" if config.eval_sampled else "deterministic policy"

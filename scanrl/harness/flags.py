@@ -48,7 +48,8 @@ class Flags:
     run_name: str | None = None
     """run directory name, one path component; default {env}__{algorithm}__{seed}__{unix time}_{random suffix}"""
     log_every: int = 20
-    """print progress (and log to wandb) every this many iterations"""
+    """print progress (and log to wandb) every this many iterations; the compiled scan runs pieces of at most this
+    many iterations (the largest that divide the run), so Ctrl-C acts within one"""
     compile_cache: str | None = None
     """directory of JAX's persistent compilation cache, so a rerun of the same command loads its compiled programs
     instead of compiling them; off: no cache (default: $SCANRL_COMPILE_CACHE, else ~/.cache/scanrl/jax)"""
@@ -56,10 +57,9 @@ class Flags:
     """write a JAX profiler trace of the first chunk of training to <run dir>/profile (Perfetto / TensorBoard)"""
     # chunks, checkpoints, resume and evaluation
     num_chunks: int | None = None
-    """train in this many chunks of iterations (one compiled scan, run K times with the state handed on; the last
-    ones are one iteration shorter where K does not divide the iterations): after each, metrics.csv and a
-    checkpoint are written, and Ctrl-C or SIGTERM stop the run there, resumable. Default: chunks of about 30 s on
-    a 2-core CPU, estimated from the script's speed on CartPole-class envs (slower envs make longer chunks)"""
+    """write metrics.csv and a checkpoint after each of this many chunks of iterations (as equal as whole pieces
+    of the compiled scan allow); default: after the first piece that ends 60 s of training after the last one.
+    Ctrl-C or SIGTERM end a chunk early, at a piece's end, resumable"""
     keep_checkpoints: int = 2
     """how many of the newest checkpoints <run dir>/checkpoints keeps"""
     resume: str | None = None
@@ -94,10 +94,10 @@ class Flags:
 
 
 # Flags that change what is logged or where, not what is computed: they may differ on --resume and --eval.
-LOGGING_FLAGS = ("track", "wandb_project", "wandb_entity", "wandb_group", "out_dir", "run_name", "log_every",
-                 "profile", "compile_cache", "keep_checkpoints", "resume", "eval", "eval_sampled", "seed_index",
-                 "eval_episodes", "gif", "num_devices", "coordinator_address", "num_processes", "process_id",
-                 "distributed_timeout")
+# (--log-every sets the length of the compiled scan's pieces: a resumed run keeps it.)
+LOGGING_FLAGS = ("track", "wandb_project", "wandb_entity", "wandb_group", "out_dir", "run_name", "profile",
+                 "compile_cache", "keep_checkpoints", "resume", "eval", "eval_sampled", "seed_index", "eval_episodes",
+                 "gif", "num_devices", "coordinator_address", "num_processes", "process_id", "distributed_timeout")
 # Names an older scanrl gave to runs of dqn_tabular_q.py, whose checkpoints this version cannot read.
 OLDER_NAMES = {"dqn": "PQN moved to pqn.py", "tabular_q": "PQN moved to pqn.py"}
 MAX_SEED = 2**32 - 1  # a JAX key holds a 32-bit seed here; larger ones would alias smaller ones
@@ -134,28 +134,19 @@ def require_between(config, low, high, *names):
             raise ConfigError(f"{flag(name)} must {where}, got {value}")
 
 
+def require(config, positive=(), unit=(), nonnegative=()):
+    """ConfigError naming the flag unless every field named in `positive` is > 0, in `unit` lies in [0, 1] and in
+    `nonnegative` is >= 0 (NaN is none of these): the range checks of a script's `validate`."""
+    require_positive(config, *positive)
+    require_between(config, 0, 1, *unit)
+    require_between(config, 0, float("inf"), *nonnegative)
+
+
 def require_count(value, what, lower):
     """ConfigError unless a count that a compiled program holds as int32 fits in one; `lower`: what to lower."""
     if value > MAX_COUNT:
         raise ConfigError(f"{what}: {value:,} is more than the {MAX_COUNT:,} (2**31 - 1) the compiled program can "
                           f"count; lower {lower}")
-
-
-def require_rollouts(config):
-    """The checks of a script that learns from rollouts of --num-envs x --num-steps env steps (ppo, pqn, reinforce):
-    at least one rollout in --total-timesteps and, where it has minibatches, --num-minibatches dividing the rollout
-    and its gradient steps countable in int32. ConfigError naming the flag otherwise."""
-    rollout = config.num_envs * config.num_steps
-    if config.total_timesteps < rollout:
-        raise ConfigError(f"--total-timesteps {config.total_timesteps} is smaller than one rollout (--num-envs x "
-                          f"--num-steps = {rollout}); raise it or shrink the rollout")
-    if hasattr(config, "num_minibatches"):
-        if rollout % config.num_minibatches:
-            raise ConfigError(f"--num-minibatches {config.num_minibatches} does not divide the rollout (--num-envs x "
-                              f"--num-steps = {rollout}); use a divisor of {rollout}")
-        require_count(config.total_timesteps // rollout * config.update_epochs * config.num_minibatches,
-                      "gradient steps (iterations x --update-epochs x --num-minibatches)",
-                      "--update-epochs or --num-minibatches")
 
 
 def require_finite(config, prefix=""):
@@ -342,7 +333,7 @@ def resumed_config(algorithm, config, named=(), trained=None):
     value. Without a checkpoint, config.json must hold every such field (or the command line name it)."""
     saved = read_run_config(algorithm, config.resume, "--resume", config.env)
     path = os.path.join(config.resume, "config.json")
-    logging = [k for k in LOGGING_FLAGS if k not in algorithm.result_flags]
+    logging = LOGGING_FLAGS
     results = [f.name for f in dataclasses.fields(algorithm.config) if f.name not in logging]
     # Compared as JSON, the form config.json holds (tuples are lists there).
     given, defaults, as_saved = (json.loads(json.dumps(c)) for c in (

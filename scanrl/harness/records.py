@@ -9,8 +9,6 @@ import os
 import shutil
 import time
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from scanrl.harness import aggregate
@@ -105,9 +103,10 @@ class RunDirectory:
             finish_wandb(wandb_run, summary, images[p] if images else (), exit_code,
                          step=summary.get("env_steps") if summary else None)
 
-    def write_summaries(self, algorithm, history, eval_returns, stats, extra):
-        """Per point: learning_curve.png, summary.json and the algorithm's own outputs; with --sweep the run's
-        summary.json ranks the points. Prints the report and ends the wandb runs."""
+    def write_summaries(self, algorithm, history, eval_returns, runner, extra):
+        """Per point: learning_curve.png, summary.json and the algorithm's own outputs (`write_outputs`, from the
+        point's agents' rows of `runner`, on the host); with --sweep the run's summary.json ranks the points.
+        Prints the report and ends the wandb runs."""
         config, seeds = self.config, [self.config.seed + i for i in range(self.config.num_seeds)]
         summaries, images = [], []
         title = f"{self.name} on {config.env}"
@@ -123,7 +122,7 @@ class RunDirectory:
         for p, point in enumerate(self.points):
             if self.sweep:
                 print(f"-- point {p}: {point_label(point)}")
-            metrics, returns, point_stats = point_rows((history, eval_returns, stats), p, config.num_seeds)
+            metrics, returns = point_rows((history, eval_returns), p, config.num_seeds)
             point_dir = self.point_dirs[p]
             images.append([plot_learning_curve(os.path.join(point_dir, "learning_curve.png"), metrics,
                                                f"{title}, {point_label(point)}" if self.sweep else title, ylim)])
@@ -151,8 +150,9 @@ class RunDirectory:
             iqm = f"IQM {iqm['iqm']:.2f} [{iqm['ci'][0]:.2f}, {iqm['ci'][1]:.2f}], " if iqm["n"] else ""
             print(f"eval return (deterministic policy):  mean {returns.mean():.2f}, {iqm}per seed "
                   + " ".join(f"{r:.1f}" for r in returns))
-            if algorithm.write_stats is not None and point_stats:
-                fields, more_images = algorithm.write_stats(config, point_dir, point_stats)
+            if algorithm.write_outputs is not None:
+                fields, more_images = algorithm.write_outputs(config, point_dir,
+                                                              point_rows(runner, p, config.num_seeds))
                 summary.update(fields)
                 images[-1] += more_images
             write_json(os.path.join(point_dir, "summary.json"), summary)
@@ -262,34 +262,6 @@ def describe_returns(returns):
         return "no episode ended yet"
     return (f"return mean {np.nanmean(returns):8.2f}  min {np.nanmin(returns):8.2f}  "
             f"max {np.nanmax(returns):8.2f}")
-
-
-def report(log_fn, agent, iteration, metrics, every=1):
-    """Calls `log_fn(agents, iteration, metrics)` on the host from an algorithm's jitted, vmapped code, at the
-    iterations with (iteration + 1) % every == 0 (none if `log_fn` is None): one call per device with the arrays
-    of all its agents (`agents` 1-D, each metric one value per agent). Plain `jax.debug.callback` would unroll
-    one callback per agent into the program, so compile time would grow with the seeds (1,000 seeds: 45 s)."""
-    if log_fn is None:
-        return
-
-    @jax.custom_batching.custom_vmap
-    def call(agent, iteration, metrics):  # not vmapped: one agent
-        jax.debug.callback(log_fn, agent[None], iteration, jax.tree.map(lambda x: x[None], metrics))
-        return jnp.zeros((), jnp.int32)
-
-    @call.def_vmap
-    def call_batched(axis_size, batched, agent, iteration, metrics):
-        if batched[1]:
-            raise ValueError("harness.report: the iteration must be the same for every agent")
-        agent, metrics = jax.tree.map(lambda x, b: x if b else jnp.broadcast_to(x, (axis_size,) + x.shape),
-                                      (agent, metrics), (batched[0], batched[2]))
-        jax.debug.callback(log_fn, agent, iteration, metrics)
-        return jnp.zeros((axis_size,), jnp.int32), True
-
-    def emit():
-        call(jnp.asarray(agent), jnp.asarray(iteration), metrics)
-
-    jax.lax.cond((iteration + 1) % every == 0, emit, lambda: None)
 
 
 class Progress:

@@ -3,9 +3,9 @@ evaluated), every agent in one compiled program split over the devices."""
 
 import contextlib
 import dataclasses
+import functools
 import io
 import itertools
-import math
 import os
 import signal
 import sys
@@ -46,7 +46,10 @@ from scanrl.harness.scale import (
     sweep_points,
     to_agents,
 )
-from scanrl.harness.stops import RunStopped, StopRequest, nonfinite_stop, write_failed
+from scanrl.harness.stops import RunStopped, StopRequest, learned_finite, nonfinite_stop, write_failed
+
+# Seconds of training between checkpoints where --num-chunks is not given: a kill loses at most about this much.
+CHECKPOINT_S = 60
 
 
 def main(algorithm, config=None):
@@ -117,66 +120,32 @@ def describe(algorithm) -> str:
 def check(algorithm, config):
     """-> (the config as it trains, its sweep points); ConfigError if it cannot be trained. Writes nothing."""
     check_flags(config)
-    config = algorithm.resolve(config)
     algorithm.validate(config)
     points = sweep_points(algorithm, config)
     check_sweep_points(algorithm, config, points)
     check_swept(algorithm, config, points)
     iterations = algorithm.num_iterations(config)
-    if config.num_chunks is None:  # config.json records the count chosen, so --resume chunks the same way
-        work = config.total_timesteps * config.num_seeds * len(points)
-        config = dataclasses.replace(config, num_chunks=default_chunks(iterations,
-                                                                       work / algorithm.chunk_steps_of(config)))
-    elif config.num_chunks > iterations:
+    if iterations < 1:
+        raise ConfigError(f"--total-timesteps {config.total_timesteps} is less than one iteration of "
+                          f"{algorithm.script} ({algorithm.steps_per_iteration(config):,} env steps); raise it")
+    if config.num_chunks is not None and config.num_chunks > iterations:
         raise ConfigError(f"--num-chunks {config.num_chunks} is more than the {iterations} iterations of this run; "
                           f"use 1 to {iterations}")
     return config, points
 
 
-def steps_per_iteration(algorithm, config) -> int | None:
-    """Env steps per agent in one iteration, where `num_iterations` is `total_timesteps // steps per iteration`
-    (every script's is); None where it is not."""
-    iterations = algorithm.num_iterations(config)
-    scaled = dataclasses.replace(config, total_timesteps=config.total_timesteps << 20)
-    step = round(scaled.total_timesteps / max(1, algorithm.num_iterations(scaled)))
-    return step if step and iterations == config.total_timesteps // step else None
+def piece_length(num_iterations, config) -> int:
+    """The iterations in one piece of the compiled scan: the largest divisor of the run's iterations that is at most
+    --log-every (and, with --num-chunks, at most a chunk), so that one compiled program, a scan of a static length,
+    runs every piece of the run, and a resumed run the same pieces."""
+    most = max(1, min(config.log_every, num_iterations // (config.num_chunks or 1)))
+    return max(d for d in range(1, most + 1) if num_iterations % d == 0)
 
 
-def default_chunks(num_iterations, wanted) -> int:
-    """About `wanted` chunks: the first count from there to twice as many that divides the iterations (equal
-    chunks), else `wanted` itself."""
-    wanted = min(max(1, math.ceil(wanted)), num_iterations)
-    return next((k for k in range(wanted, min(2 * wanted, num_iterations) + 1) if num_iterations % k == 0), wanted)
-
-
-def chunk_ends(num_iterations, num_chunks) -> list[int]:
-    """The iteration after each of `num_chunks` chunks: as equal as can be, the shorter ones (by one iteration)
-    last."""
-    size, longer = divmod(num_iterations, num_chunks)
+def chunk_ends(num_pieces, num_chunks) -> list[int]:
+    """The piece after each of `num_chunks` chunks of whole pieces: as equal as can be, the shorter ones last."""
+    size, longer = divmod(num_pieces, num_chunks)
     return list(itertools.accumulate(size + (i < longer) for i in range(num_chunks)))
-
-
-def make_segment(run, one_agent, length, structure):
-    """`segment(agent, runner, start, count) -> (runner, metrics)`: `count` (at most `length`) iterations of `run`
-    from iteration `start`, their metrics in the first `count` of `length` rows, the runner handed back with the
-    host's `structure`. A loop with a trip count known only at run time, so one compiled program runs every piece
-    of every chunk."""
-    # Under jit, the trace that finds the metrics' shapes is the one the loop's body reuses (jit's trace cache).
-    run = jax.jit(run)
-    shapes = jax.eval_shape(run, jax.ShapeDtypeStruct((), jnp.int32), one_agent,
-                            jax.ShapeDtypeStruct((1,), jnp.int32))[1]
-
-    def segment(agent, runner, start, count):
-        def iteration(i, carry):
-            runner, rows = carry
-            runner, metrics = run(agent, runner, (start + i)[None])
-            return runner, jax.tree.map(lambda r, m: jax.lax.dynamic_update_slice_in_dim(r, m, i, 0), rows, metrics)
-
-        rows = jax.tree.map(lambda x: jnp.zeros((length,) + x.shape[1:], x.dtype), shapes)
-        runner, rows = jax.lax.fori_loop(0, count, iteration, (runner, rows))
-        return jax.tree.unflatten(structure, jax.tree.leaves(runner)), rows
-
-    return segment
 
 
 def on_agents(runner, sharding):
@@ -185,25 +154,23 @@ def on_agents(runner, sharding):
     return jax.tree.map(lambda x: x if x.sharding == sharding else jax.device_put(x, sharding), runner)
 
 
-def run_chunk(compiled, job, runner, start, end, progress, stop=None):
-    """Iterations [start, end) as pieces of the compiled segment program, each ending where a progress line is
-    due (or at `end`); while one piece runs, the host prints the last one's lines. A stop request (`stop`, given
-    on one process) ends the chunk where the piece under way ends, so Ctrl-C or SIGTERM act within a progress
-    period, not a chunk. -> (runner, every agent's metrics of the iterations run, as numpy, the iteration reached)."""
+def run_pieces(compiled, job, runner, start, end, progress, stop=None, due=lambda: False):
+    """Pieces of the compiled scan from iteration `start` until a chunk ends: at iteration `end`, or after a piece
+    once `due()` or a stop request (`stop`) says so, on any process. While one piece runs, the host prints the last
+    one's progress lines. -> (runner, every agent's metrics of the iterations run, as numpy, the iteration reached)."""
     pieces = []
-    while start < end and not (stop is not None and stop.signal and pieces):
-        count = min(end, (start // job.period + 1) * job.period, start + job.length) - start
-        runner, rows = compiled(job.agent_ids, on_agents(runner, job.sharding), np.int32(start), np.int32(count),
-                                job.swept)  # not awaited
+    while start < end:
+        runner, rows = compiled(on_agents(runner, job.sharding), np.int32(start), job.swept)  # not awaited
         if progress is not None and pieces:
-            progress.show(*pieces[-1])
-        pieces.append((start, count, rows))
-        start += count
+            progress.show(pieces[-1][0], job.length, pieces[-1][1])
+        pieces.append((start, rows))
+        start += job.length
+        if start < end and any_process(int(due() or (stop is not None and bool(stop.signal)))):
+            break
     if progress is not None:
-        progress.show(*pieces[-1])
-    gathered = gather([rows for _, _, rows in pieces])
-    return runner, {key: np.concatenate([rows[key][:, :count] for (_, count, _), rows in
-                                         zip(pieces, gathered, strict=True)], axis=1) for key in gathered[0]}, start
+        progress.show(pieces[-1][0], job.length, pieces[-1][1])
+    gathered = gather([rows for _, rows in pieces])
+    return runner, {key: np.concatenate([rows[key] for rows in gathered], axis=1) for key in gathered[0]}, start
 
 
 @dataclasses.dataclass
@@ -218,22 +185,18 @@ class Job:
     names: object  # agents' names in messages
     mesh: Mesh
     sharding: NamedSharding
-    agent_ids: jax.Array
     parts: object  # harness.scale.agent_parts
     abstract_runner: object  # every agent's state as shapes, split over the devices
-    segment: object  # the training program, not compiled
+    segment: object  # the training program, a piece of the scan, not compiled
     evaluate: object  # the final evaluation of every agent, not compiled
-    period: int  # iterations between progress lines
-    length: int  # rows of the segment program's metrics
-    ends: list  # the iteration after each chunk
+    length: int  # iterations in a piece
+    num_iterations: int
+    ends: list | None  # the iteration after each chunk (--num-chunks); None: a chunk ends every CHECKPOINT_S
 
     @property
     def lead(self):
         return jax.process_index() == 0  # process 0 writes the run directory and wandb
 
-    @property
-    def num_iterations(self):
-        return self.ends[-1]
 
 
 def plan(algorithm, config, points) -> Job:
@@ -252,23 +215,33 @@ def plan(algorithm, config, points) -> Job:
     abstract_runner = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
                                    abstract_agents(parts, keys, swept))
     structure = jax.tree.structure(abstract_runner)
-    one_agent = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), abstract_runner)
-    period = algorithm.log_period_of(config)
-    ends = chunk_ends(algorithm.num_iterations(config), config.num_chunks)
-    length = min(period, max(end - start for start, end in zip([0, *ends[:-1]], ends, strict=True)))
+    num_iterations = algorithm.num_iterations(config)
+    length = piece_length(num_iterations, config)
+    ends = None if config.num_chunks is None else [
+        length * end for end in chunk_ends(num_iterations // length, config.num_chunks)]
+    steps = algorithm.steps_per_iteration(config)
 
-    def segment(agent, runner, start, count, swept):
-        _, init, run = parts(swept)
-        if not swept:  # the run's own parts, made once
-            return make_segment(run, one_agent, length, structure)(agent, runner, start, count)
-        return make_segment(run, as_built_by(init, one_agent), length, structure)(
-            agent, as_built_by(init, runner), start, count)
+    def segment(runner, start, swept):
+        """`length` iterations of the agent's `update` from iteration `start`, as `lax.scan`, each one's metrics
+        with `env_steps` and `nonfinite` added; the runner handed back with the host's structure."""
+        _, init, update = parts(swept)
+        if swept:
+            runner = as_built_by(init, runner)
+
+        def iteration(runner, i):
+            runner, metrics = update(runner)
+            if {"env_steps", "nonfinite"} & set(metrics):
+                raise ConfigError(f"{algorithm.script}: its metrics hold env_steps or nonfinite, which the harness "
+                                  "adds itself; drop them from the metrics dict and METRIC_KEYS")
+            return runner, {"env_steps": (i + 1) * steps, **metrics, "nonfinite": ~learned_finite(runner)}
+
+        runner, rows = jax.lax.scan(iteration, runner, start + jnp.arange(length, dtype=jnp.int32))
+        return jax.tree.unflatten(structure, jax.tree.leaves(runner)), rows
 
     evaluate = over_agents(lambda key, runner, swept: make_evaluate(algorithm, parts(swept)[0])(key, runner), mesh,
                            (0, 0, 0))
-    return Job(algorithm, config, points, keys, to_agents(swept, sharding), names, mesh, sharding,
-               to_agents(np.arange(len(keys), dtype=np.int32), sharding), parts, abstract_runner,
-               over_agents(segment, mesh, (0, 0, None, None, 0)), evaluate, period, length, ends)
+    return Job(algorithm, config, points, keys, to_agents(swept, sharding), names, mesh, sharding, parts,
+               abstract_runner, over_agents(segment, mesh, (0, None, 0)), evaluate, length, num_iterations, ends)
 
 
 def compile_training(job, run_dir) -> tuple:
@@ -277,7 +250,7 @@ def compile_training(job, run_dir) -> tuple:
     refused before anything is allocated (the run directory given up)."""
     start = time.perf_counter()
     scalar = jax.ShapeDtypeStruct((), jnp.int32)
-    compiled = job.segment.lower(job.agent_ids, job.abstract_runner, scalar, scalar, job.swept).compile()
+    compiled = job.segment.lower(job.abstract_runner, scalar, job.swept).compile()
     keys = jax.ShapeDtypeStruct(job.keys.shape, job.keys.dtype, sharding=job.sharding)
     evaluation = job.evaluate.lower(keys, job.abstract_runner, job.swept).compile()
     compile_s = time.perf_counter() - start
@@ -331,34 +304,41 @@ def start_or_resume(job, checkpoints, run_dir) -> tuple:
 
 def train_chunks(job, compiled, runner, history, done, checkpoints, run_dir, progress, stop):
     """The chunks after iteration `done`: after each, its rows appended to metrics.csv, a non-finite check, a
-    checkpoint, and a stop if a signal came (on one process, a signal ends the chunk early: `run_chunk`).
-    -> (runner, every iteration's metrics)."""
+    checkpoint, and a stop if a signal came. -> (runner, every iteration's metrics)."""
     config, algorithm = job.config, job.algorithm
     profile_dir = os.path.join(run_dir.path, "profile")
-    remaining = [end for end in job.ends if end > done]
-    for start, end in zip([done, *remaining][:len(remaining)], remaining, strict=True):
-        profiled = config.profile and start == done and job.lead
+    first = done
+    while done < job.num_iterations:
+        end = job.num_iterations if job.ends is None else next(e for e in job.ends if e > done)
+        deadline = time.perf_counter() + CHECKPOINT_S if job.ends is None else float("inf")
+        due = functools.partial(lambda deadline: time.perf_counter() > deadline, deadline)
+        profiled = config.profile and done == first and job.lead
         with jax.profiler.trace(profile_dir, create_perfetto_trace=True) if profiled else contextlib.nullcontext():
-            # One process may stop mid-chunk; several stop together where a chunk ends (any_process below).
-            runner, metrics, end = run_chunk(compiled, job, runner, start, end, progress if job.lead else None,
-                                             stop if jax.process_count() == 1 else None)
+            runner, metrics, reached = run_pieces(compiled, job, runner, done, end, progress if job.lead else None,
+                                                  stop, due)
         if job.lead:
-            run_dir.append_metrics(start, metrics)
+            run_dir.append_metrics(done, metrics)
         if metrics["nonfinite"].any():
-            check_divergence(job, history, metrics, start)
+            check_divergence(job, history, metrics, done)
         history = metrics if history is None else jax.tree.map(
             lambda a, b: np.concatenate([a, b], axis=1), history, metrics)
         with peers_within_timeout("a chunk's checkpoint"):  # orbax syncs the processes
-            checkpoints.save(end, runner, history, algorithm.name, config)
+            checkpoints.save(reached, runner, history, algorithm.name, config)
+        done = reached
         signum = any_process(stop.signal or 0)  # a signal to any process stops them all
-        if signum and end < job.num_iterations:
-            raise RunStopped(f"{signal.Signals(signum).name}: stopped after iteration {end} of {job.num_iterations}, "
+        if signum and done < job.num_iterations:
+            raise RunStopped(f"{signal.Signals(signum).name}: stopped after iteration {done} of {job.num_iterations}, "
                              f"metrics and checkpoint written; continue with: python {algorithm.script} --resume "
                              f"{run_dir.path}", 128 + signum)
     if config.profile and job.lead:
         print(f"profiler trace in {profile_dir}: open its *.trace.json.gz at https://ui.perfetto.dev "
               "(the trace adds overhead to train_s)")
     return runner, history
+
+
+def nonfinite_hint(config) -> str:
+    """What to change when training diverges: the learning rate, and the gradient clip where the script has one."""
+    return "lower --learning-rate" + (" or --max-grad-norm" if hasattr(config, "max_grad_norm") else "")
 
 
 def check_divergence(job, history, metrics, start):
@@ -371,14 +351,14 @@ def check_divergence(job, history, metrics, start):
     before = (np.zeros(num_points, bool) if history is None
               else history["nonfinite"].reshape(num_points, num_seeds, -1).any(axis=(1, 2)))
     if num_points == 1 or (now | before).all():
-        raise nonfinite_stop(job.names, start, flags, start, job.algorithm.nonfinite_hint)
+        raise nonfinite_stop(job.names, start, flags, start, nonfinite_hint(job.config))
     if job.lead:
         for p in np.flatnonzero(now & ~before):
             rows = flags[p * num_seeds:(p + 1) * num_seeds]
             first = start + int(np.nonzero(rows.any(axis=0))[0].min()) + 1
             print(f"warning: sweep point {point_label(job.points[p])} diverged (non-finite loss or parameters, first "
-                  f"at iteration {first}); the other points train on. {job.algorithm.nonfinite_hint[0].upper()}"
-                  f"{job.algorithm.nonfinite_hint[1:]}", file=sys.stderr, flush=True)
+                  f"at iteration {first}); the other points train on. {nonfinite_hint(job.config)[0].upper()}"
+                  f"{nonfinite_hint(job.config)[1:]}", file=sys.stderr, flush=True)
 
 
 def train(algorithm, config, points):
@@ -390,7 +370,7 @@ def train(algorithm, config, points):
         for note in sweep_overrides(algorithm, config, points):
             print(note)
     progress = Progress(config, points, local_agents(job.sharding, len(job.keys)), [],
-                        algorithm.metric_keys_of(config), job.period)
+                        algorithm.metric_keys_of(config), config.log_every)
     run_dir = None
     try:
         # From here on Ctrl-C or SIGTERM (during compilation too) stop the run where the running chunk ends.
@@ -399,12 +379,14 @@ def train(algorithm, config, points):
             if job.lead:
                 described = (f"{plural(config.num_seeds, 'seed')} x {len(points)} sweep points" if run_dir.sweep
                              else plural(len(job.keys), "agent"))
-                step = steps_per_iteration(algorithm, config)
+                step = algorithm.steps_per_iteration(config)
                 steps = f"{config.total_timesteps:,} steps"
-                if step and job.num_iterations * step != config.total_timesteps:  # say so where it rounds down
+                if job.num_iterations * step != config.total_timesteps:  # say so where it rounds down
                     steps = (f"{job.num_iterations * step:,} steps (--total-timesteps {config.total_timesteps:,} "
                              f"in whole iterations of {step:,})")
-                print(f"{algorithm.name} on {config.env}: {described} x {steps} in {config.num_chunks} chunk(s) on "
+                chunks = (f"checkpoints every {CHECKPOINT_S} s" if job.ends is None
+                          else f"{config.num_chunks} chunk(s)")
+                print(f"{algorithm.name} on {config.env}: {described} x {steps}, {chunks}, on "
                       f"{job.mesh.devices.size} device(s), run dir {run_dir.path}", flush=True)
             compiled, evaluation, compile_s = compile_training(job, run_dir)
             signum = any_process(stop.signal or 0)
@@ -452,9 +434,10 @@ def summarize(job, evaluate, runner, history, run_dir, extra, start_steps):
     if job.lead:
         print(f"trained in {extra['train_s']:.1f} s; evaluating {plural(len(keys), 'agent')} on "
               f"{plural(config.eval_episodes, 'episode')} each, then writing the summaries and plots", flush=True)
-    eval_returns, stats = gather(evaluate(to_agents(evaluation_keys(keys), job.sharding),
-                                          on_agents(runner, job.sharding), job.swept),
-                                 "the final evaluation")
+    eval_returns = gather(evaluate(to_agents(evaluation_keys(keys), job.sharding), on_agents(runner, job.sharding),
+                                   job.swept), "the final evaluation")
+    if algorithm.write_outputs is not None:  # its outputs are made from the final runners, on the host
+        runner = gather(runner, "the final runners")
     if not job.lead:
         return
     env_steps = int(history["env_steps"][0, -1])
@@ -471,7 +454,7 @@ def summarize(job, evaluate, runner, history, run_dir, extra, start_steps):
     print(f"\n{'=' * 72}\n{algorithm.name} on {config.env}: {plural(len(keys), 'agent')}, {counts} each")
     print(f"compile {extra['compile_s']:.1f} s, train {extra['train_s']:.1f} s, {speeds} over all agents")
     try:
-        run_dir.write_summaries(algorithm, history, eval_returns.mean(axis=1), stats, extra)
+        run_dir.write_summaries(algorithm, history, eval_returns.mean(axis=1), runner, extra)
     except OSError as error:
         run_dir.finish_wandb(exit_code=1)
         raise write_failed(error, algorithm.script, run_dir.path) from None

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import itertools
 import os
+import re
 import sys
 import threading
 import time
@@ -18,7 +19,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import PartitionSpec
 
 from scanrl.harness import jax_private
-from scanrl.harness.flags import MAX_COUNT, ConfigError, flag, require_count, require_finite
+from scanrl.harness.flags import MAX_COUNT, ConfigError, Flags, flag, require_count, require_finite
 from scanrl.harness.jax_private import coordination_client
 
 
@@ -289,7 +290,7 @@ def dtype_of(config, name):
 
 
 def agent_parts(algorithm, config):
-    """`parts(swept) -> (config, init, run)` of one agent: without swept values the run's own, made once; with
+    """`parts(swept) -> (config, init, update)` of one agent: without swept values the run's own, made once; with
     them (traced scalars inside a compiled program), `make_train_parts` of the config holding the agent's values,
     so whatever the script reads of a swept field, wherever it reads it, is that agent's value."""
     base = (config, *algorithm.make_train_parts(config))
@@ -324,9 +325,9 @@ def probe_program(algorithm, config, name):
     parts, key = agent_parts(algorithm, config), jax.random.PRNGKey(0)
 
     def program(value):
-        agent_config, init, run = parts({name: value})
-        runner, metrics = run(0, init(key), jnp.arange(2, dtype=jnp.int32))
-        return metrics, make_evaluate(algorithm, agent_config, with_stats=False)(key, runner)[0]
+        agent_config, init, update = parts({name: value})
+        runner, metrics = jax.lax.scan(lambda runner, _: update(runner), init(key), None, 2)
+        return metrics, make_evaluate(algorithm, agent_config)(key, runner)
 
     return program
 
@@ -554,6 +555,7 @@ def check_memory(config, algorithm, programs, state_bytes, host_bytes, evaluatio
 def size_flags(algorithm, config, history=False) -> str:
     """The flags that lower the memory a run needs: "--num-seeds, --buffer-size or --hidden-size"."""
     flags = [flag("num_seeds")] + ([flag("sweep") + " values"] if config.sweep else [])
-    flags += [flag(name) for name in algorithm.size_flags if hasattr(config, name)]
+    own = [f.name for f in dataclasses.fields(algorithm.config) if f.name not in Flags.__dataclass_fields__]
+    flags += [flag(name) for name in own if re.search(r"size|num_envs|num_steps", name)]
     flags += [flag("total_timesteps")] if history else []
     return f"{', '.join(flags[:-1])} or {flags[-1]}" if len(flags) > 1 else flags[0]

@@ -19,9 +19,20 @@ class RunStopped(Exception):
 
 
 def all_finite(tree):
-    """True if no leaf of `tree` holds a NaN or an infinity: each iteration's `nonfinite` metric is its negation
-    over the agent's losses, parameters and optimizer moments (computed in the jit; the host reads it per chunk)."""
-    return jnp.all(jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(tree)]))
+    """True if no leaf of `tree` holds a NaN or an infinity (computed in the jit; the host reads it per chunk)."""
+    leaves = [x for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
+    return jnp.all(jnp.stack([jnp.isfinite(x).all() for x in leaves])) if leaves else jnp.bool_(True)
+
+
+def learned_finite(runner):
+    """True if no flax `TrainState` in `runner` (parameters and optimizer state) holds a NaN or an infinity; in a
+    runner that holds none (a Q-table), no float of the runner. Env states and replay buffers are not read: they may
+    hold infinities by design, and a buffer is large."""
+    from flax.training.train_state import TrainState
+
+    states = [x for x in jax.tree.leaves(runner, is_leaf=lambda x: isinstance(x, TrainState))
+              if isinstance(x, TrainState)]
+    return all_finite([(s.params, s.opt_state) for s in states] if states else runner)
 
 
 def write_failed(error: OSError, script, run_dir):
