@@ -15,7 +15,6 @@ import subprocess
 import sys
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import ROOT
@@ -23,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scanrl import harness
-from scanrl.harness.run import default_chunks
+from scanrl.harness.run import piece_length
 from scanrl.harness.scale import seed_keys
 
 SCRIPTS = ("ppo", "reinforce", "td3", "dqn_tabular_q", "pqn")
@@ -85,8 +84,7 @@ def test_a_run_too_big_for_memory_exits_2_before_allocating_with_both_figures(tm
     err = capsys.readouterr().err.strip().splitlines()
     assert exited.value.code == 2 and len(err) == 1, err
     found = re.fullmatch(r"error: the run needs about ([\d.]+) GB of memory \(([\d.]+) GB of it the state of its "
-                         r"(?:4 )?agents\) and this host has ([\d.]+) GB available: lower --num-seeds, "
-                         r"--buffer-size, .*",
+                         r"(?:4 )?agents\) and this host has ([\d.]+) GB available: lower --num-seeds, .*--buffer-size.*",
                          err[0])
     assert found, err[0]
     need, state, free = map(float, found.groups())
@@ -115,7 +113,6 @@ def test_counts_past_int32_exit_2():
 
     for overrides, message in [
         (dict(total_timesteps=2**31), "--total-timesteps: 2,147,483,648 is more than the 2,147,483,647"),
-        (dict(update_epochs=10**8), "gradient steps (iterations x --update-epochs x --num-minibatches)"),
     ]:
         with pytest.raises(harness.ConfigError, match=re.escape(message)):
             harness.check(ppo.ALGORITHM, ppo.Config(**overrides))
@@ -123,10 +120,10 @@ def test_counts_past_int32_exit_2():
 
 def program_size(module, config, num_agents):
     """Equations in the jaxpr of the vmapped training chunk (sub-jaxprs included) for `num_agents` agents."""
-    init, run = module.make_train_parts(config, log_fn=lambda *args: None)
+    init, update = module.make_train_parts(config)
     keys = seed_keys(dataclasses.replace(config, num_seeds=num_agents))
     runner = jax.eval_shape(jax.vmap(init), keys)
-    jaxpr = jax.make_jaxpr(jax.vmap(run, in_axes=(0, 0, None)))(jnp.arange(num_agents), runner, jnp.arange(4))
+    jaxpr = jax.make_jaxpr(jax.vmap(update))(runner)
 
     def count(j):
         total = len(j.eqns)
@@ -142,31 +139,23 @@ def program_size(module, config, num_agents):
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_the_compiled_program_does_not_grow_with_the_agents(script):
-    """Progress reports cross to the host once per device with every agent's values (harness.report), so the
-    program for 64 agents is the program for 2 (jax.debug.callback unrolled one callback per agent: 1,000 seeds
-    took 45 s to compile)."""
+    """The program for 64 agents is the program for 2: nothing in an iteration is unrolled per agent (a
+    jax.debug.callback per agent once made 1,000 seeds take 45 s to compile)."""
     module = importlib.import_module(script)
-    config = module.ALGORITHM.resolve(module.Config())
+    config = module.Config()
     assert program_size(module, config, 2) == program_size(module, config, 64)
 
 
-def test_default_chunks_are_about_30_s_of_work_and_one_scan_length():
+def test_one_piece_length_divides_the_run():
+    """Every piece of the compiled scan has one static length: the largest divisor of the run's iterations within
+    --log-every and a chunk, so one program runs every piece (a prime count falls back to pieces of one)."""
     import ppo
-    import pqn
 
-    # The main job: 30 seeds x 500k steps of CartPole is 15M env steps, at ~3M per chunk 5 chunks, and the next
-    # count that divides its 976 iterations is 8; one seed takes one chunk.
-    config, _ = harness.check(ppo.ALGORITHM, ppo.Config(num_seeds=30))
-    assert config.num_chunks == 8 and 976 % 8 == 0
-    assert harness.check(ppo.ALGORITHM, ppo.Config())[0].num_chunks == 1
-    assert harness.check(ppo.ALGORITHM, ppo.Config(num_chunks=3))[0].num_chunks == 3  # a given count is kept
-    # A sweep's points count as agents; each script (and each learner of dqn_tabular_q) has its own speed.
-    swept, _ = harness.check(ppo.ALGORITHM, ppo.Config(num_seeds=15, sweep=("lr=1e-3,3e-4",)))
-    assert swept.num_chunks == 8
-    pqn_config, _ = harness.check(pqn.ALGORITHM, pqn.Config(num_seeds=30))
-    assert pqn_config.num_chunks == 4 and pqn.num_iterations(pqn_config) == 244  # 15M / 4.5M: 4, which divides 244
-    assert [default_chunks(97, 5), default_chunks(100, 3), default_chunks(10, 50), default_chunks(7, 0.2)] == \
-        [5, 4, 10, 1]  # 97 is prime: 5 uneven chunks (two scan lengths)
+    assert ppo.num_iterations(ppo.Config()) == 976 and piece_length(976, ppo.Config()) == 16  # 976 = 16 x 61
+    assert piece_length(976, ppo.Config(num_chunks=100)) == 8  # at most 9 iterations a chunk
+    assert piece_length(97, ppo.Config()) == 1
+    assert piece_length(10, ppo.Config(log_every=1000)) == 10
+    assert harness.check(ppo.ALGORITHM, ppo.Config())[0].num_chunks is None  # checkpoints by time
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""The harness (scanrl/harness/), tested once: a run's outputs, chunks and checkpoints, --resume, --eval and --gif, Ctrl-C
-and non-finite stops, the shared flags, wandb and --profile. Where the algorithm decides the outcome (what its
+"""The harness (scanrl/harness/), tested once: a run's outputs, chunks and checkpoints, --resume, --eval and --gif,
+Ctrl-C and non-finite stops, the shared flags, wandb and --profile. Where the algorithm decides the outcome (what its
 runner state holds, what its non-finite flag covers, how its policy acts), a test runs every case of CASES.
 
 Most tests call a script's `main(Config(...))` in this process (no import cost per run); CLI tests run a script as a
@@ -26,7 +26,6 @@ from PIL import Image
 
 from scanrl import harness
 from scanrl.harness.checkpoints import Checkpoints
-from scanrl.harness.run import chunk_ends
 from scanrl.harness.scale import seed_keys
 
 # Per case (a script, and for dqn_tabular_q a learner): its module, a tiny run of 4 iterations with 2 agents, and what
@@ -56,11 +55,10 @@ CASES = {
 
 
 def tiny_config(case, out_dir, **overrides):
-    """(module, config) of the case's tiny run in 4 chunks, as it trains (`resolve`d: dqn_tabular_q's learner)."""
+    """(module, config) of the case's tiny run in 4 chunks."""
     name, tiny, _ = CASES[case]
     module = importlib.import_module(name)
-    config = module.Config(**{**tiny, "num_chunks": 4, "out_dir": str(out_dir), **overrides})
-    return module, module.ALGORITHM.resolve(config)
+    return module, module.Config(**{**tiny, "num_chunks": 4, "out_dir": str(out_dir), **overrides})
 
 
 def cli_flags(config_fields):
@@ -101,22 +99,24 @@ def checkpoint_steps(run_dir):
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_uneven_chunks_equal_one_train(case, tmp_path):
-    """3 chunks of 4 iterations (2, 1, 1: two compiled scan lengths) give the numbers of one scan over every
-    iteration, bit for bit. (`make_train`, one fused program, agrees to float rounding: test_scale.py compares it
-    with a sweep's agents.)"""
-    module, config = tiny_config(case, tmp_path, num_chunks=3)
+def test_scans_of_update_in_pieces_equal_one_scan(case, tmp_path):
+    """The 4 iterations of `update` scanned in pieces of 2, 1 and 1 (three compiled scan lengths, as the command
+    line's pieces and chunks cut a run) give the numbers of one scan over all of them, bit for bit. (`make_train`
+    under one jit agrees to float rounding: test_scale.py compares it with a sweep's agents.)"""
+    module, config = tiny_config(case, tmp_path)
     keys = seed_keys(config)
-    init, run = module.make_train_parts(config)
-    init, run = jax.jit(jax.vmap(init)), jax.jit(jax.vmap(run, in_axes=(0, 0, None)))
-    num = module.num_iterations(config)
-    whole_runner, whole = run(keys, init(keys), jnp.arange(num))
-    runner, parts, start = init(keys), [], 0
-    for end in chunk_ends(num, config.num_chunks):
-        runner, metrics = run(keys, runner, jnp.arange(start, end))
+    init, update = module.make_train_parts(config)
+    init = jax.jit(jax.vmap(init))
+
+    def scan(length):
+        return jax.jit(jax.vmap(lambda runner: jax.lax.scan(lambda r, _: update(r), runner, None, length)))
+
+    assert module.num_iterations(config) == 4
+    whole_runner, whole = scan(4)(init(keys))
+    runner, parts = init(keys), []
+    for length in (2, 1, 1):
+        runner, metrics = scan(length)(runner)
         parts.append(metrics)
-        start = end
-    assert [p["env_steps"].shape[1] for p in parts] == [2, 1, 1]
     for key in whole:
         np.testing.assert_array_equal(np.concatenate([p[key] for p in parts], axis=1), whole[key], err_msg=key)
     for got, expected in zip(jax.tree.leaves(runner), jax.tree.leaves(whole_runner), strict=True):

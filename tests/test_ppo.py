@@ -90,7 +90,7 @@ def test_runs_on_minatar():
     # MinAtar observations are 10x10xC grids: make_vec flattens them for the MLPs.
     config = ppo.Config(env="Breakout-MinAtar", total_timesteps=512, num_envs=4, num_steps=64, log_every=1)
     _, metrics = run_seeds(config, [0, 1])
-    assert metrics["env_steps"].shape == (2, 2)
+    assert metrics["episode_return"].shape == (2, 2)
     for key in ("loss/actor", "loss/critic", "entropy"):
         assert np.all(np.isfinite(metrics[key])), key
 
@@ -102,19 +102,6 @@ def test_different_seeds_differ():
         for j in range(i):
             assert not np.allclose(kernels[i], kernels[j])
     assert len(set(np.asarray(metrics["loss/critic"][:, 0]).tolist())) == 4
-
-
-def test_logging_does_not_change_results():
-    config = ppo.Config(**SMALL)
-    calls = []
-    keys = jnp.stack([jax.random.PRNGKey(s) for s in (0, 1)])
-    _, logged = jax.jit(jax.vmap(ppo.make_train(config, log_fn=lambda *a: calls.append(a))))(keys)
-    _, silent = jax.jit(jax.vmap(ppo.make_train(config)))(keys)
-    jax.effects_barrier()
-    for key in logged:
-        np.testing.assert_array_equal(logged[key], silent[key], err_msg=key)
-    # One call per report (updates 2, 4, 6) with both agents' values, not one per agent.
-    assert [(len(a), int(i)) for a, i, _ in calls] == [(2, 1), (2, 3), (2, 5)]
 
 
 def test_continuous_small_run(tmp_path):
