@@ -7,7 +7,7 @@ in the same compiled program:
     python pqn.py --env CartPole-v1 --num-seeds 30
     python pqn.py --env Acrobot-v1 --num-seeds 8 --sweep q_lambda=0.5,0.8
 
-Writes `<out-dir>/<run-name>/`: config.json, metrics.csv (one row per update and agent), learning_curve.png and
+Writes `<out-dir>/<run-name>/`: config.json, metrics.csv (one row per iteration and agent), learning_curve.png and
 summary.json; with `--track`, a wandb run as well. All but the algorithm is the harness's (scanrl/harness/).
 """
 
@@ -34,7 +34,7 @@ class Config(harness.Flags):
     every script shares (harness.Flags)."""
 
     log_every: int = 50
-    """print progress (and log to wandb) every this many updates"""
+    """print progress (and log to wandb) every this many iterations"""
     # algorithm (defaults: purejaxql's CartPole configuration)
     num_envs: int = 32
     """parallel envs per agent"""
@@ -96,6 +96,7 @@ class RunnerState(NamedTuple):
     train_state: TrainState
     env_state: object
     obs: jax.Array
+    env_steps: jax.Array  # int32 scalar: env steps so far, which the epsilon schedule reads
     rng: jax.Array
 
 
@@ -126,19 +127,24 @@ def make_network(config: Config, env, env_params):
     return QNetwork(env.action_space(env_params).n, config.hidden_sizes)
 
 
+def steps_per_iteration(config: Config) -> int:
+    """Env steps of one agent in an iteration of the training scan: num_steps steps of every env (then learning)."""
+    return config.num_envs * config.num_steps
+
+
 def num_iterations(config: Config) -> int:
-    """Updates, the iterations of the training scan: num_steps steps of every env (and their learning) each."""
-    return config.total_timesteps // (config.num_envs * config.num_steps)
+    return config.total_timesteps // steps_per_iteration(config)
 
 
-def make_train_parts(config: Config, log_fn=None):
-    """PQN for one agent as `(init, run)`, pure and jittable (see harness.Algorithm): `num_envs` envs step
-    `num_steps` times epsilon-greedily; Q(lambda) targets over the rollout; then `update_epochs` passes of
-    `num_minibatches` gradient steps of the TD loss (RAdam, clipped gradients) on it."""
+def make_train_parts(config: Config):
+    """PQN for one agent as `(init, update)`, pure and jittable: `init(rng) -> runner` and `update(runner) ->
+    (runner, metrics)`, one iteration: `num_envs` envs step `num_steps` times epsilon-greedily; Q(lambda) targets
+    over the rollout; then `update_epochs` passes of `num_minibatches` gradient steps of the TD loss (RAdam,
+    clipped gradients) on it."""
     env, env_params = envs.make_vec(config.env, config.num_envs)
     network = make_network(config, env, env_params)
     max_truncations = blocks.max_truncations(env_params, config.num_envs, config.num_steps)
-    batch_size = config.num_envs * config.num_steps
+    batch_size = steps_per_iteration(config)
     minibatch_size = batch_size // config.num_minibatches
     anneal = optax.identity()
     if config.anneal_lr:
@@ -153,9 +159,10 @@ def make_train_parts(config: Config, log_fn=None):
         rng, key_init, key_reset = jax.random.split(rng, 3)
         obs, env_state = env.reset(key_reset, env_params)
         params = network.init(key_init, obs[0])
-        return RunnerState(TrainState.create(apply_fn=network.apply, params=params, tx=tx), env_state, obs, rng)
+        train_state = TrainState.create(apply_fn=network.apply, params=params, tx=tx)
+        return RunnerState(train_state, env_state, obs, jnp.zeros((), jnp.int32), rng)
 
-    def run(agent, runner, updates):
+    def update(runner):
         def _env_step(carry, step_input):
             params, env_state, obs, episodes, reward_sum, epsilon = carry
             bits, key_step = step_input
@@ -181,46 +188,41 @@ def make_train_parts(config: Config, log_fn=None):
                                                                   *x.shape[1:]), batch)
             return jax.lax.scan(_update_minibatch, train_state, minibatches)
 
-        def _update_step(runner, update):
-            train_state, env_state, obs, rng = runner
-            # The rollout's randomness in two batched draws before the scan: on CPU each draw inside the scan body
-            # is a loop of its own. One uint32 per step decides exploration and breaks ties (harness.fast).
-            rng, key_bits, key_steps, key_epochs = jax.random.split(rng, 4)
-            bits = jax.random.bits(key_bits, (config.num_steps, config.num_envs), jnp.uint32)
-            step_keys = jax.random.split(key_steps, config.num_steps)
-            epsilon = linear_epsilon(config, update * batch_size)
-            counters = jnp.zeros(config.num_envs, jnp.int32), jnp.zeros(config.num_envs, jnp.float32)
-            (_, env_state_end, obs, episodes, reward_sum, _), batch = jax.lax.scan(
-                _env_step, (train_state.params, env_state, obs, *counters, epsilon), (bits, step_keys))
-            # max_a Q of every true next observation, with the parameters that acted: the rollout's own, shifted,
-            # and a pass over the truncations' final observations only.
-            next_value = blocks.next_obs_values(lambda x: network.apply(train_state.params, x).max(-1), batch.max_q,
-                                              batch.done, batch.terminated, batch.next_obs, obs, max_truncations)
-            targets = q_lambda_targets(batch.reward, batch.terminated, batch.done, next_value, config.gamma,
-                                       config.q_lambda)
-            flat = jax.tree.map(lambda x: x.reshape(batch_size, *x.shape[2:]), (batch.obs, batch.action, targets))
-            train_state, (loss, q_mean) = jax.lax.scan(
-                functools.partial(_update_epoch, flat), train_state, jax.random.split(key_epochs, config.update_epochs))
-            metrics = {
-                "env_steps": (update + 1) * batch_size,
-                **blocks.ended_episodes(env_state, env_state_end, episodes, reward_sum, config.num_steps),
-                "epsilon": epsilon,
-                "loss/td": loss.mean(),
-                "q_value": q_mean.mean(),
-                "nonfinite": ~harness.all_finite((loss, train_state)),  # checked by the host after each chunk
-            }
-            harness.report(log_fn, agent, update, metrics, every=config.log_every)
-            return RunnerState(train_state, env_state_end, obs, rng), metrics
+        train_state, env_state, obs, env_steps, rng = runner
+        # The rollout's randomness in two batched draws before the scan: on CPU each draw inside the scan body
+        # is a loop of its own. One uint32 per step decides exploration and breaks ties (blocks.epsilon_greedy).
+        rng, key_bits, key_steps, key_epochs = jax.random.split(rng, 4)
+        bits = jax.random.bits(key_bits, (config.num_steps, config.num_envs), jnp.uint32)
+        step_keys = jax.random.split(key_steps, config.num_steps)
+        epsilon = linear_epsilon(config, env_steps)  # one epsilon for the whole rollout, from the steps before it
+        counters = jnp.zeros(config.num_envs, jnp.int32), jnp.zeros(config.num_envs, jnp.float32)
+        (_, env_state_end, obs, episodes, reward_sum, _), batch = jax.lax.scan(
+            _env_step, (train_state.params, env_state, obs, *counters, epsilon), (bits, step_keys))
+        # max_a Q of every true next observation, with the parameters that acted: the rollout's own, shifted,
+        # and a pass over the truncations' final observations only.
+        next_value = blocks.next_obs_values(lambda x: network.apply(train_state.params, x).max(-1), batch.max_q,
+                                          batch.done, batch.terminated, batch.next_obs, obs, max_truncations)
+        targets = q_lambda_targets(batch.reward, batch.terminated, batch.done, next_value, config.gamma,
+                                   config.q_lambda)
+        flat = jax.tree.map(lambda x: x.reshape(batch_size, *x.shape[2:]), (batch.obs, batch.action, targets))
+        train_state, (loss, q_mean) = jax.lax.scan(
+            functools.partial(_update_epoch, flat), train_state, jax.random.split(key_epochs, config.update_epochs))
+        metrics = {
+            **blocks.ended_episodes(env_state, env_state_end, episodes, reward_sum, config.num_steps),
+            "epsilon": epsilon,
+            "loss/td": loss.mean(),
+            "q_value": q_mean.mean(),
+        }
+        return RunnerState(train_state, env_state_end, obs, env_steps + batch_size, rng), metrics
 
-        return jax.lax.scan(_update_step, runner, updates)
-
-    return init, run
+    return init, update
 
 
-def make_train(config: Config, log_fn=None):
-    """`train(rng) -> (runner, metrics)`: one agent's whole run, pure and jittable; metrics have an update axis."""
-    init, run = make_train_parts(config, log_fn)
-    return lambda rng: run(rng, init(rng), jnp.arange(num_iterations(config)))
+def make_train(config: Config):
+    """`train(rng) -> (runner, metrics)`: one agent's whole run, pure and jittable; metrics have an iteration axis.
+    The command line runs this scan, chunk by chunk."""
+    init, update = make_train_parts(config)
+    return lambda rng: jax.lax.scan(lambda runner, _: update(runner), init(rng), None, num_iterations(config))
 
 
 def greedy_policy(config: Config, runner):
@@ -232,26 +234,30 @@ def greedy_policy(config: Config, runner):
 
 def validate(config: Config):
     """Raises harness.ConfigError for what PQN cannot train (the harness checks the shared flags and --env)."""
-    harness.require_positive(config, "num_envs", "num_steps", "learning_rate", "update_epochs", "num_minibatches",
-                             "max_grad_norm")
-    harness.require_between(config, 0, 1, "gamma", "start_e", "end_e", "exploration_fraction", "q_lambda")
+    harness.require(config, positive=("num_envs", "num_steps", "learning_rate", "update_epochs", "num_minibatches",
+                                      "max_grad_norm"),
+                    unit=("gamma", "start_e", "end_e", "exploration_fraction", "q_lambda"))
     if not all(size > 0 for size in config.hidden_sizes):
         raise harness.ConfigError(f"--hidden-sizes must be positive integers, got {config.hidden_sizes}")
     env, env_params = envs.make(config.env)
     if not envs.is_discrete(env, env_params):
         raise harness.ConfigError(f"--env {config.env} has continuous actions; PQN needs a discrete action space "
                                   "(try td3.py or ppo.py)")
-    harness.require_rollouts(config)
+    rollout = steps_per_iteration(config)
+    if config.total_timesteps < rollout:
+        raise harness.ConfigError(f"--total-timesteps {config.total_timesteps} is smaller than one rollout "
+                                  f"(--num-envs x --num-steps = {rollout}); raise it or shrink the rollout")
+    if rollout % config.num_minibatches:
+        raise harness.ConfigError(f"--num-minibatches {config.num_minibatches} does not divide the rollout "
+                                  f"(--num-envs x --num-steps = {rollout}); use a divisor of {rollout}")
 
 
 # The hand-off to the harness: a fork keeps it (its runs take the fork's file name); new metrics go in METRIC_KEYS.
-METRIC_KEYS = ("env_steps", "episodes", "episode_return", "episode_length", "epsilon", "loss/td", "q_value",
-               "nonfinite")
+METRIC_KEYS = ("episodes", "episode_return", "episode_length", "epsilon", "loss/td", "q_value")
 
 ALGORITHM = harness.Algorithm(
-    config=Config, make_train_parts=make_train_parts, num_iterations=num_iterations, policy=greedy_policy,
-    metric_keys=METRIC_KEYS, validate=validate,
-    chunk_steps=4_500_000, size_flags=("num_envs", "num_steps", "hidden_sizes"),  # ~150k env steps/s on CartPole
+    config=Config, make_train_parts=make_train_parts, steps_per_iteration=steps_per_iteration,
+    policy=greedy_policy, metric_keys=METRIC_KEYS, validate=validate,
 )
 
 

@@ -8,8 +8,9 @@ full-batch value steps. The whole run is one `lax.scan` inside one `jax.jit`, an
     python reinforce.py --env CartPole-v1 --num-seeds 4
     python reinforce.py --baseline none     # plain REINFORCE with discounted reward-to-go
 
-Writes `<out-dir>/<run-name>/`: config.json, metrics.csv (one row per epoch and agent), learning_curve.png and
-summary.json; with `--track`, a wandb run as well. All but the algorithm is the harness's (scanrl/harness/).
+Writes `<out-dir>/<run-name>/`: config.json, metrics.csv (one row per iteration, an epoch, and agent),
+learning_curve.png and summary.json; with `--track`, a wandb run as well. All but the algorithm is the harness's
+(scanrl/harness/).
 """
 
 from scanrl import harness
@@ -36,7 +37,7 @@ class Config(harness.Flags):
     flags every script shares (harness.Flags)."""
 
     log_every: int = 50
-    """print progress (and log to wandb) every this many epochs"""
+    """print progress (and log to wandb) every this many iterations (epochs)"""
     # algorithm
     num_envs: int = 8
     """parallel envs per agent"""
@@ -123,6 +124,7 @@ class RunnerState(NamedTuple):
     obs: jax.Array
     rng: jax.Array
 
+
 def calculate_gae(rewards, values, next_values, terminated, dones, gamma, gae_lambda):
     """GAE-lambda along axis 0 (time) -> (advantages, advantages + values). Bootstraps from V(next obs)
     unless the episode terminated, so truncations and the epoch cut are bootstrapped; the recursion stops
@@ -162,16 +164,20 @@ def make_networks(config: Config, env, env_params):
     return actor, critic, discrete
 
 
+def steps_per_iteration(config: Config) -> int:
+    """Env steps of one agent in an iteration of the training scan (an epoch): a rollout of num_envs x num_steps."""
+    return config.num_envs * config.num_steps
+
+
 def num_iterations(config: Config) -> int:
-    """Epochs, the iterations of the training scan: each a rollout of num_envs x num_steps and its updates."""
-    return config.total_timesteps // (config.num_envs * config.num_steps)
+    return config.total_timesteps // steps_per_iteration(config)
 
 
-def make_train_parts(config: Config, log_fn=None):
-    """VPG for one agent as `(init, run)`, pure and jittable (see harness.Algorithm): `init(rng)`
-    and `run(agent, runner, epochs)`, one `lax.scan` over the epochs numbered `epochs`, calling
-    `log_fn(agent, epoch, metrics)` every `log_every` epochs."""
-    steps_per_epoch = config.num_envs * config.num_steps
+def make_train_parts(config: Config):
+    """VPG for one agent as `(init, update)`, pure and jittable: `init(rng) -> runner` and `update(runner) ->
+    (runner, metrics)`, one iteration, an epoch: a rollout of every env, its advantages, one policy-gradient step
+    and `train_v_iters` value steps."""
+    steps_per_epoch = steps_per_iteration(config)
     env, env_params = envs.make_vec(config.env, config.num_envs)
     actor, critic, discrete = make_networks(config, env, env_params)
     if use_normalization(config, discrete):
@@ -192,8 +198,7 @@ def make_train_parts(config: Config, log_fn=None):
         critic_state = TrainState.create(apply_fn=critic.apply, params=critic.init(key_critic, obs[0]), tx=critic_tx)
         return RunnerState(actor_state, critic_state, env_state, obs, rng)
 
-    def run(agent, runner, epochs):
-
+    def update(runner):
         def _env_step(runner, _):
             actor_state, critic_state, env_state, obs, rng = runner
             rng, key_action, key_step = jax.random.split(rng, 3)
@@ -220,71 +225,64 @@ def make_train_parts(config: Config, log_fn=None):
             loss, grads = jax.value_and_grad(_critic_loss)(critic_state.params, obs, target)
             return critic_state.apply_gradients(grads=grads), loss
 
-        def _epoch(runner, epoch):
-            runner, traj = jax.lax.scan(_env_step, runner, None, config.num_steps)
-            actor_state, critic_state, env_state, obs, rng = runner
-            if learn_value:
-                # V(obs) and V(next obs) in one batched pass each, outside the rollout scan.
-                values = critic.apply(critic_state.params, traj.obs)
-                next_values = critic.apply(critic_state.params, traj.next_obs)
-                advantages, _ = calculate_gae(
-                    traj.reward, values, next_values, traj.terminated, traj.done, config.gamma, config.gae_lambda
-                )
-                targets = reward_to_go(traj.reward, next_values, traj.terminated, traj.done, config.gamma)
-            else:
-                # Plain REINFORCE: weight log pi by the reward-to-go itself, cut (not bootstrapped) at the epoch end.
-                no_values = jnp.zeros_like(traj.reward)
-                advantages = targets = reward_to_go(traj.reward, no_values, traj.terminated, traj.done, config.gamma)
-            obs_batch, action_batch, advantages, targets = jax.tree.map(
-                lambda x: x.reshape((steps_per_epoch,) + x.shape[2:]), (traj.obs, traj.action, advantages, targets)
+        runner, traj = jax.lax.scan(_env_step, runner, None, config.num_steps)
+        actor_state, critic_state, env_state, obs, rng = runner
+        if learn_value:
+            # V(obs) and V(next obs) in one batched pass each, outside the rollout scan.
+            values = critic.apply(critic_state.params, traj.obs)
+            next_values = critic.apply(critic_state.params, traj.next_obs)
+            advantages, _ = calculate_gae(
+                traj.reward, values, next_values, traj.terminated, traj.done, config.gamma, config.gae_lambda
             )
-            if config.normalize_advantages:
-                advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+            targets = reward_to_go(traj.reward, next_values, traj.terminated, traj.done, config.gamma)
+        else:
+            # Plain REINFORCE: weight log pi by the reward-to-go itself, cut (not bootstrapped) at the epoch end.
+            no_values = jnp.zeros_like(traj.reward)
+            advantages = targets = reward_to_go(traj.reward, no_values, traj.terminated, traj.done, config.gamma)
+        obs_batch, action_batch, advantages, targets = jax.tree.map(
+            lambda x: x.reshape((steps_per_epoch,) + x.shape[2:]), (traj.obs, traj.action, advantages, targets)
+        )
+        if config.normalize_advantages:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
-            # One policy-gradient step on the whole epoch.
-            (actor_loss, (old_log_prob, entropy)), grads = jax.value_and_grad(_actor_loss, has_aux=True)(
-                actor_state.params, obs_batch, action_batch, advantages
+        # One policy-gradient step on the whole epoch.
+        (actor_loss, (old_log_prob, entropy)), grads = jax.value_and_grad(_actor_loss, has_aux=True)(
+            actor_state.params, obs_batch, action_batch, advantages
+        )
+        actor_state = actor_state.apply_gradients(grads=grads)
+        new_log_prob = actor.apply(actor_state.params, obs_batch).log_prob(action_batch)
+        approx_kl = (old_log_prob - new_log_prob).mean()  # SpinningUp's KL diagnostic
+        if learn_value:
+            # train_v_iters full-batch regressions onto the reward-to-go (SpinningUp's value target).
+            critic_state, critic_losses = jax.lax.scan(
+                lambda state, _: _update_critic(state, obs_batch, targets), critic_state, None,
+                config.train_v_iters,
             )
-            actor_state = actor_state.apply_gradients(grads=grads)
-            new_log_prob = actor.apply(actor_state.params, obs_batch).log_prob(action_batch)
-            approx_kl = (old_log_prob - new_log_prob).mean()  # SpinningUp's KL diagnostic
-            if learn_value:
-                # train_v_iters full-batch regressions onto the reward-to-go (SpinningUp's value target).
-                critic_state, critic_losses = jax.lax.scan(
-                    lambda state, _: _update_critic(state, obs_batch, targets), critic_state, None,
-                    config.train_v_iters,
-                )
-                critic_loss = critic_losses[0]  # before this epoch's fit, as SpinningUp reports LossV
-            else:
-                critic_loss = jnp.float32(jnp.nan)
+            critic_loss = critic_losses[0]  # before this epoch's fit, as SpinningUp reports LossV
+        else:
+            critic_loss = jnp.float32(jnp.nan)
 
-            episodes = traj.done.sum()
-            metrics = {
-                "env_steps": (epoch + 1) * steps_per_epoch,
-                "episodes": episodes,
-                # Mean over the episodes that ended in this epoch; NaN if none did.
-                "episode_return": (traj.episode_return * traj.done).sum() / episodes,
-                "episode_length": (traj.episode_length * traj.done).sum() / episodes,
-                "loss/actor": actor_loss,
-                "loss/critic": critic_loss,
-                "entropy": entropy,
-                "approx_kl": approx_kl,
-                # Checked by the host after each chunk: no sync here. (loss/critic is NaN by design without a
-                # learned baseline; the critic's parameters and Adam moments are checked instead.)
-                "nonfinite": ~harness.all_finite((actor_state, critic_state, actor_loss)),
-            }
-            harness.report(log_fn, agent, epoch, metrics, every=config.log_every)
-            return RunnerState(actor_state, critic_state, env_state, obs, rng), metrics
+        episodes = traj.done.sum()
+        metrics = {
+            "episodes": episodes,
+            # Mean over the episodes that ended in this epoch; NaN if none did.
+            "episode_return": (traj.episode_return * traj.done).sum() / episodes,
+            "episode_length": (traj.episode_length * traj.done).sum() / episodes,
+            "loss/actor": actor_loss,
+            "loss/critic": critic_loss,  # NaN by design without a learned baseline
+            "entropy": entropy,
+            "approx_kl": approx_kl,
+        }
+        return RunnerState(actor_state, critic_state, env_state, obs, rng), metrics
 
-        return jax.lax.scan(_epoch, runner, epochs)
-
-    return init, run
+    return init, update
 
 
-def make_train(config: Config, log_fn=None):
-    """`train(rng) -> (runner, metrics)`: one agent's whole run, pure and jittable; metrics have an epoch axis."""
-    init, run = make_train_parts(config, log_fn)
-    return lambda rng: run(rng, init(rng), jnp.arange(num_iterations(config)))
+def make_train(config: Config):
+    """`train(rng) -> (runner, metrics)`: one agent's whole run, pure and jittable; metrics have an iteration (epoch)
+    axis. The command line runs this scan, chunk by chunk."""
+    init, update = make_train_parts(config)
+    return lambda rng: jax.lax.scan(lambda runner, _: update(runner), init(rng), None, num_iterations(config))
 
 
 def actor_distribution(config: Config, runner):
@@ -314,25 +312,23 @@ def sampled_policy(config: Config, runner, key):
 
 def validate(config: Config):
     """Raises harness.ConfigError for what VPG cannot train (the harness checks the shared flags and --env)."""
-    harness.require_positive(config, "num_envs", "num_steps", "train_v_iters", "hidden_size", "pi_lr", "vf_lr")
-    harness.require_between(config, 0, 1, "gamma", "gae_lambda")
+    harness.require(config, positive=("num_envs", "num_steps", "train_v_iters", "hidden_size", "pi_lr", "vf_lr"),
+                    unit=("gamma", "gae_lambda"))
     if config.activation not in ACTIVATIONS:
         raise harness.ConfigError(f"--activation {config.activation!r} is unknown; use one of "
                                   f"{', '.join(ACTIVATIONS)}")
-    harness.require_rollouts(config)
+    rollout = steps_per_iteration(config)
+    if config.total_timesteps < rollout:
+        raise harness.ConfigError(f"--total-timesteps {config.total_timesteps} is smaller than one rollout "
+                                  f"(--num-envs x --num-steps = {rollout}); raise it or shrink the rollout")
 
 
 # The hand-off to the harness: a fork keeps it (its runs take the fork's file name); new metrics go in METRIC_KEYS.
-METRIC_KEYS = ("env_steps", "episodes", "episode_return", "episode_length",
-               "loss/actor", "loss/critic", "entropy", "approx_kl", "nonfinite")
+METRIC_KEYS = ("episodes", "episode_return", "episode_length", "loss/actor", "loss/critic", "entropy", "approx_kl")
 
 ALGORITHM = harness.Algorithm(
-    config=Config, make_train_parts=make_train_parts, num_iterations=num_iterations,
-    policy=deterministic_policy, sampled_policy=sampled_policy, metric_keys=METRIC_KEYS, validate=validate,
-    nonfinite_hint="lower --pi-lr or --vf-lr",
-    # CartPole: ~25k env steps/s with the value baseline (its updates bind), ~200k+ without
-    chunk_steps=lambda config: 6_000_000 if config.baseline == "none" else 750_000,
-    size_flags=("num_envs", "num_steps", "hidden_size"),
+    config=Config, make_train_parts=make_train_parts, steps_per_iteration=steps_per_iteration,
+    policy=deterministic_policy, metric_keys=METRIC_KEYS, validate=validate, sampled_policy=sampled_policy,
 )
 
 

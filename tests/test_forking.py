@@ -4,6 +4,9 @@ itself and whose new fields sweep as the config reads them; the traps of a copie
 import dataclasses
 import importlib
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from conftest import ROOT
@@ -20,12 +23,52 @@ CONTRACT_FLAGS["tabular_q"] = ["--agent", "tabular", "--start-e", "0.5", "--num-
                                "--total-timesteps", "20000"]
 
 
+# A research repository's own modules, named as scanrl's once were: a script that imported them would fail here.
+RESEARCHERS_OWN = {"envs.py": "raise ImportError(\"the research repository's own envs.py was imported\")\n",
+                   "utils.py": "raise ImportError(\"the research repository's own utils.py was imported\")\n",
+                   "harness/__init__.py": "raise ImportError(\"the research repository's own harness/ was imported\")\n"}
+
+
+def research_repository(tmp_path, script):
+    """An empty directory outside the repository holding the researcher's own envs.py, utils.py and harness/, and a
+    copy of `script` alone, as my_<script>: -> (directory, the copy's file name)."""
+    repo = tmp_path / "myresearch"
+    for name, text in RESEARCHERS_OWN.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    copy = f"my_{script}"
+    (repo / copy).write_text((ROOT / script).read_text())
+    return repo, copy
+
+
+def in_repository(repo, *argv, timeout=900):
+    """`python argv...` in `repo`, as a researcher runs it there: the installed scanrl, no PYTHONPATH."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(WANDB_MODE="offline", WANDB_DIR=str(repo), WANDB_CACHE_DIR=str(repo / ".wandb-cache"))
+    return subprocess.run([sys.executable, *argv], cwd=repo, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
 @pytest.mark.parametrize("case", list(CASES))
-def test_every_script_keeps_the_contract(case, capsys):
-    script = ROOT / f"{CASES[case][0]}.py"
-    code = contract.main([str(script), *CONTRACT_FLAGS[case]])
-    out = capsys.readouterr().out
-    assert code == 0 and "all checks passed" in out, out
+def test_every_script_copied_into_a_research_repository_keeps_the_contract(case, tmp_path):
+    """Each script, copied alone into a directory beside the researcher's own envs.py, utils.py and harness/,
+    passes `python -m scanrl.harness.contract`: it trains, --resume equals the uninterrupted run bit for bit,
+    --eval reproduces its summary, and its fields sweep."""
+    repo, copy = research_repository(tmp_path, f"{CASES[case][0]}.py")
+    result = in_repository(repo, "-m", "scanrl.harness.contract", copy, *CONTRACT_FLAGS[case])
+    assert result.returncode == 0 and "all checks passed" in result.stdout, result.stdout + result.stderr
+
+
+def test_a_copied_script_writes_its_runs_to_its_own_directory(tmp_path):
+    """`python my_ppo.py` in the research repository trains there, into ./runs, and the run is named my_ppo."""
+    repo, copy = research_repository(tmp_path, "ppo.py")
+    result = in_repository(repo, copy, "--total-timesteps", "1024", "--num-seeds", "2", "--eval-episodes", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    (run_dir,) = (repo / "runs").iterdir()
+    assert "__my_ppo__" in run_dir.name and (run_dir / "summary.json").exists()
+    assert sorted(p.name for p in repo.iterdir() if not p.name.startswith(".")) == sorted(
+        ["envs.py", "utils.py", "harness", copy, "runs", "wandb"] if (repo / "wandb").exists() else
+        ["envs.py", "utils.py", "harness", copy, "runs"])
 
 
 def write_fork(tmp_path, name, field, use):

@@ -1,9 +1,10 @@
-"""pqn.py: Q(lambda) targets against the mixture of n-step returns, config checks, the CLI and its outputs, and
-(slow) learning on CartPole-v1 and Acrobot-v1."""
+"""pqn.py: Q(lambda) targets against the mixture of n-step returns, the epsilon schedule over the runner's env-step
+counter, config checks, the CLI and its outputs, and (slow) learning on CartPole-v1 and Acrobot-v1."""
 
 import csv
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -28,7 +29,7 @@ from tests.conftest import read_run
 )
 def test_bad_config_names_the_flag(overrides, message):
     with pytest.raises(harness.ConfigError) as error:
-        harness.check(pqn.ALGORITHM, dataclasses.replace(pqn.Config(), **overrides))
+        pqn.validate(dataclasses.replace(pqn.Config(), **overrides))
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
@@ -70,6 +71,17 @@ def test_q_lambda_targets_match_the_mixture_of_n_step_returns(data, steps, num_e
     got = pqn.q_lambda_targets(*(jnp.asarray(x, jnp.float32) for x in (reward, terminated, done, next_value)),
                               jnp.float32(gamma), jnp.float32(lam))
     np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-5, atol=1e-4)
+
+
+def test_epsilon_decays_with_the_env_steps_counted_in_the_runner():
+    # 8 iterations of 8 x 32 = 256 env steps; epsilon decays over the first 1024 steps, the first 4 iterations.
+    config = pqn.Config(total_timesteps=2048, num_envs=8, num_steps=32, num_minibatches=4, update_epochs=2,
+                        exploration_fraction=0.5, hidden_sizes=(16,))
+    runner, metrics = jax.jit(pqn.make_train(config))(jax.random.PRNGKey(0))
+    assert set(metrics) == set(pqn.METRIC_KEYS) and metrics["epsilon"].shape == (8,)
+    np.testing.assert_allclose(metrics["epsilon"], [1.0, 0.7625, 0.525, 0.2875] + [0.05] * 4, rtol=1e-6)
+    assert int(runner.env_steps) == 2048 and int(runner.train_state.step) == 8 * 2 * 4
+    assert np.all(np.isfinite(metrics["loss/td"]))
 
 
 def test_cli_pqn_options_run(run_script, tmp_path):

@@ -21,7 +21,7 @@ from scanrl.harness import compile_cache
 from scanrl.harness.checkpoints import Checkpoints, require_checkpoints_for_progress, trained_config
 from scanrl.harness.evaluation import evaluate_run, evaluation_keys, make_evaluate
 from scanrl.harness.files import RunLock
-from scanrl.harness.flags import ConfigError, check_flags, description, given_fields, resumed_config
+from scanrl.harness.flags import ConfigError, check_flags, description, flag, given_fields, resumed_config
 from scanrl.harness.records import Progress, RunDirectory, plural
 from scanrl.harness.scale import (
     abstract_agents,
@@ -337,8 +337,10 @@ def train_chunks(job, compiled, runner, history, done, checkpoints, run_dir, pro
 
 
 def nonfinite_hint(config) -> str:
-    """What to change when training diverges: the learning rate, and the gradient clip where the script has one."""
-    return "lower --learning-rate" + (" or --max-grad-norm" if hasattr(config, "max_grad_norm") else "")
+    """What to change when training diverges: the script's learning rates (learning_rate, *_lr) and gradient clip."""
+    names = [f.name for f in dataclasses.fields(config) if f.name in ("learning_rate", "max_grad_norm")
+             or f.name.endswith("_lr")] or ["learning_rate"]
+    return "lower " + " or ".join(flag(name) for name in names)
 
 
 def check_divergence(job, history, metrics, start):
