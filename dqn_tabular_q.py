@@ -8,14 +8,14 @@ once; the Q-table (or the Q-network, its target network and the replay buffer) l
     python dqn_tabular_q.py --env CartPole-v1 --num-seeds 4
 
 Writes `<out-dir>/<run-name>/`: config.json, metrics.csv, learning_curve.png, summary.json and, on GridWorld-v0,
-q_values.png (max_a Q per cell, greedy actions); with `--track`, a wandb run. The rest is the harness's (scanrl/harness/).
+q_values.png (max_a Q per cell, greedy actions); with `--track`, a wandb run. The rest is the harness's
+(scanrl/harness/).
 """
 
 from scanrl import harness
 
 harness.prepare_jax(__name__)  # first: --help at once, XLA's flags (a device per core), a multi-process run
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
@@ -33,21 +33,21 @@ from scanrl.envs import gridworld
 @dataclass(frozen=True)
 class Config(harness.Flags):
     """The fields of both learners; --total-timesteps (500k), --seed, --num-seeds, --out-dir, ... are the flags
-    every script shares (harness.Flags). Fields left None take the learner's default (in brackets) when the run
-    starts; config.json records the values used."""
+    every script shares (harness.Flags). Fields left None take the learner's default (in brackets) as the Config
+    is made (`__post_init__`), so a Config is always resolved and config.json records the values used."""
 
     env: str = "GridWorld-v0"
     """environment id: a gymnax id, one of ours or an installed suite's (see envs.list_envs()), or your own env as
     module:name (docs/envs.md)"""
     log_every: int = 50
-    """print progress (and log to wandb) every this many updates"""
+    """print progress (and log to wandb) every this many iterations"""
     agent: Literal["auto", "tabular", "dqn"] = "auto"
     """auto: a Q-table for finite-state envs (GridWorld-v0, FrozenLake-misc), DQN otherwise"""
     # shared by the learners; None takes the learner's default, shown in brackets
     num_envs: int | None = None
     """parallel envs per agent [tabular 1: one env per agent, as in the classic setting; dqn 10]"""
     num_steps: int | None = None
-    """steps per env in each update, one metrics row [tabular 1000; dqn 100]"""
+    """steps per env in each iteration, one metrics row [tabular 1000; dqn 100]"""
     learning_rate: float | None = None
     """step size [tabular 0.1; dqn 2.5e-4, Adam]"""
     gamma: float | None = None
@@ -81,6 +81,24 @@ class Config(harness.Flags):
     double_dqn: bool = False
     """double DQN target: the online network picks the next action, the target network values it"""
 
+    def __post_init__(self):
+        """Decides --agent auto and gives every field left None its learner's default (`AGENT_DEFAULTS`). A
+        resolved config stays as it is, so `dataclasses.replace` (which runs this again) changes only what it
+        names."""
+        agent = self.agent
+        if agent == "auto":
+            from scanrl import envs  # here: --help builds this class before the script's heavy imports
+
+            try:
+                env, env_params = envs.make(self.env)
+            except ValueError:  # an unknown --env: left unresolved for the harness's check to name
+                return
+            agent = "tabular" if envs.num_states(env, env_params) is not None else "dqn"
+        object.__setattr__(self, "agent", agent)  # frozen
+        for name, value in AGENT_DEFAULTS[agent].items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
+
 
 AGENT_DEFAULTS = {
     "tabular": dict(num_envs=1, num_steps=1000, learning_rate=0.1, gamma=0.9, start_e=0.1, end_e=0.1),
@@ -88,15 +106,13 @@ AGENT_DEFAULTS = {
 }
 
 
-def resolve(config: Config) -> Config:
-    """The config with `agent` decided and every None replaced by that learner's default (a resolved config is
-    returned as it is)."""
-    agent = config.agent
-    if agent == "auto":
-        env, env_params = envs.make(config.env)
-        agent = "tabular" if envs.num_states(env, env_params) is not None else "dqn"
-    unset = {k: v for k, v in AGENT_DEFAULTS[agent].items() if getattr(config, k) is None}
-    return dataclasses.replace(config, agent=agent, **unset)
+def steps_per_iteration(config: Config) -> int:
+    """Env steps of one agent in one iteration: num_steps steps of every env (and their learning)."""
+    return config.num_envs * config.num_steps
+
+
+def num_iterations(config: Config) -> int:
+    return config.total_timesteps // steps_per_iteration(config)
 
 
 def linear_epsilon(config: Config, env_steps):
@@ -121,24 +137,25 @@ class TabularState(NamedTuple):
     env_state: object
     state: jax.Array  # index of the current observation
     rng: jax.Array
+    env_steps: jax.Array  # env steps so far (int32): the epsilon schedule reads it
 
 
-def make_tabular_train(config: Config, log_fn=None):
+def make_tabular_train(config: Config):
     """Q-learning, one table per agent: Q(s,a) += lr * (r + gamma * max_a' Q(s',a') - Q(s,a)), no bootstrap
-    past a terminal state (a truncated episode bootstraps from its true last state). -> (init, run), as
+    past a terminal state (a truncated episode bootstraps from its true last state). -> (init, update), as
     `make_train_parts`."""
     env, env_params = envs.make_vec(config.env, config.num_envs)
     index = jax.vmap(lambda obs: envs.state_index(env, env_params, obs))  # observations -> rows of the table
     num_states = envs.num_states(env, env_params)
     num_actions = env.action_space(env_params).n
-    steps_per_update = config.num_envs * config.num_steps
 
     def init(rng):
         rng, key_reset = jax.random.split(rng)
         obs, env_state = env.reset(key_reset, env_params)
-        return TabularState(jnp.zeros((num_states, num_actions), jnp.float32), env_state, index(obs), rng)
+        return TabularState(jnp.zeros((num_states, num_actions), jnp.float32), env_state, index(obs), rng,
+                            jnp.int32(0))
 
-    def run(agent, runner, updates):
+    def update(runner):
         def _env_step(carry, step_input):
             q_table, env_state, state, episodes, reward_sum, epsilon = carry
             bits, key_step = step_input
@@ -150,30 +167,25 @@ def make_tabular_train(config: Config, log_fn=None):
             episodes, reward_sum = episodes + info["episode_done"], reward_sum + reward
             return (q_table, env_state, index(obs), episodes, reward_sum, epsilon), None
 
-        def _update_step(runner, update):
-            q_table, env_state, state, rng = runner
-            rng, key_bits, key_steps = jax.random.split(rng, 3)
-            # The randomness of the whole update in two batched calls, outside the step scan. Env step keys
-            # are dead code (and compiled away) for deterministic envs such as GridWorld-v0.
-            bits = jax.random.bits(key_bits, (config.num_steps, config.num_envs), jnp.uint32)
-            step_keys = jax.random.split(key_steps, config.num_steps)
-            epsilon = linear_epsilon(config, update * steps_per_update)
-            counters = jnp.zeros(config.num_envs, jnp.int32), jnp.zeros(config.num_envs, jnp.float32)
-            (q_table, env_state_end, state, episodes, reward_sum, _), _ = jax.lax.scan(
-                _env_step, (q_table, env_state, state, *counters, epsilon), (bits, step_keys)
-            )
-            metrics = {
-                "env_steps": (update + 1) * steps_per_update,
-                **blocks.ended_episodes(env_state, env_state_end, episodes, reward_sum, config.num_steps),
-                "epsilon": epsilon,
-                "nonfinite": ~harness.all_finite(q_table),  # checked by the host after each chunk
-            }
-            harness.report(log_fn, agent, update, metrics, every=config.log_every)
-            return TabularState(q_table, env_state_end, state, rng), metrics
+        q_table, env_state, state, rng, env_steps = runner
+        rng, key_bits, key_steps = jax.random.split(rng, 3)
+        # The randomness of the whole iteration in two batched calls, outside the step scan. Env step keys are
+        # dead code (and compiled away) for deterministic envs such as GridWorld-v0.
+        bits = jax.random.bits(key_bits, (config.num_steps, config.num_envs), jnp.uint32)
+        step_keys = jax.random.split(key_steps, config.num_steps)
+        epsilon = linear_epsilon(config, env_steps)
+        counters = jnp.zeros(config.num_envs, jnp.int32), jnp.zeros(config.num_envs, jnp.float32)
+        (q_table, env_state_end, state, episodes, reward_sum, _), _ = jax.lax.scan(
+            _env_step, (q_table, env_state, state, *counters, epsilon), (bits, step_keys)
+        )
+        metrics = {
+            **blocks.ended_episodes(env_state, env_state_end, episodes, reward_sum, config.num_steps),
+            "epsilon": epsilon,
+        }
+        runner = TabularState(q_table, env_state_end, state, rng, env_steps + config.num_envs * config.num_steps)
+        return runner, metrics
 
-        return jax.lax.scan(_update_step, runner, updates)
-
-    return init, run
+    return init, update
 
 
 # DQN ------------------------------------------------------------------------------------------------------
@@ -229,16 +241,16 @@ class DQNState(NamedTuple):
     env_state: object
     obs: jax.Array
     rng: jax.Array
+    env_steps: jax.Array  # env steps so far (int32): epsilon, the warm-up and the target updates read it
 
 
-def make_dqn_train(config: Config, log_fn=None):
+def make_dqn_train(config: Config):
     """DQN: epsilon-greedy acting in `num_envs` envs, every transition into a replay buffer, a gradient step on
     a uniform minibatch every `train_frequency` env steps after the warm-up, a target network updated every
-    `target_network_frequency` env steps. -> (init, run), as `make_train_parts`."""
+    `target_network_frequency` env steps. -> (init, update), as `make_train_parts`."""
     env, env_params = envs.make_vec(config.env, config.num_envs)
     num_actions = env.action_space(env_params).n
     network = QNetwork(num_actions, config.hidden_sizes)
-    steps_per_update = config.num_envs * config.num_steps
     # Per vectorized step of num_envs env steps: `gradient_steps` steps every `steps_per_train` vector steps.
     gradient_steps = max(1, config.num_envs // config.train_frequency)
     steps_per_train = max(1, config.train_frequency // config.num_envs)
@@ -260,9 +272,9 @@ def make_dqn_train(config: Config, log_fn=None):
         train_state = TrainState.create(apply_fn=network.apply, params=params, tx=tx)
         obs_f32, zeros = obs.astype(jnp.float32), jnp.zeros(config.num_envs, jnp.float32)
         buffer = ReplayBuffer.create(config.buffer_size, (obs_f32, zeros.astype(jnp.int32), zeros, obs_f32, zeros))
-        return DQNState(train_state, train_state.params, buffer, env_state, obs, rng)
+        return DQNState(train_state, train_state.params, buffer, env_state, obs, rng, jnp.int32(0))
 
-    def run(agent, state, updates):
+    def update(runner):
         def _loss_fn(params, target_params, batch):
             obs, action, reward, next_obs, terminated = batch
             next_q_target = network.apply(target_params, next_obs)
@@ -291,22 +303,23 @@ def make_dqn_train(config: Config, log_fn=None):
             )
             return train_state, jnp.stack([loss.sum(), q_mean.sum(), jnp.float32(gradient_steps)])
 
-        def _step(runner, step):
+        def _step(carry, _):
             """One vectorized env step (num_envs transitions into the buffer), then learning when due."""
-            dqn_state, episodes, reward_sum, learn_sums = runner
-            train_state, target_params, buffer, env_state, obs, rng = dqn_state
+            dqn_state, episodes, reward_sum, learn_sums = carry
+            train_state, target_params, buffer, env_state, obs, rng, env_steps = dqn_state
             rng, key_explore, key_action, key_step, key_learn = jax.random.split(rng, 5)
-            env_steps = (step + 1) * config.num_envs
-            epsilon = linear_epsilon(config, step * config.num_envs)
+            epsilon = linear_epsilon(config, env_steps)
             greedy = jnp.argmax(network.apply(train_state.params, obs), -1)
             random_action = jax.random.randint(key_action, greedy.shape, 0, num_actions)
             action = jnp.where(jax.random.uniform(key_explore, greedy.shape) < epsilon, random_action, greedy)
             next_obs, env_state, reward, terminated, _, info = env.step(key_step, env_state, action, env_params)
             buffer = buffer.add((obs.astype(jnp.float32), action, reward.astype(jnp.float32),
                                  info["final_observation"].astype(jnp.float32), terminated.astype(jnp.float32)))
-            # `step` comes unbatched from the scan's xs, so under vmap these conds stay real branches.
+            env_steps = env_steps + config.num_envs
+            # Under vmap the agents' counters are batched, so these conds run both branches and select.
             train_state, learned = jax.lax.cond(
-                jnp.logical_and(env_steps >= config.learning_starts, (step + 1) % steps_per_train == 0),
+                jnp.logical_and(env_steps >= config.learning_starts,
+                                env_steps // config.num_envs % steps_per_train == 0),
                 _learn,
                 lambda train_state, *_: (train_state, jnp.zeros(3, jnp.float32)),
                 train_state, target_params, buffer, key_learn,
@@ -317,57 +330,42 @@ def make_dqn_train(config: Config, log_fn=None):
                 lambda: optax.incremental_update(train_state.params, target_params, config.tau),
                 lambda: target_params,
             )
-            state = DQNState(train_state, target_params, buffer, env_state, next_obs, rng)
+            state = DQNState(train_state, target_params, buffer, env_state, next_obs, rng, env_steps)
             episodes, reward_sum = episodes + info["episode_done"], reward_sum + reward
             return (state, episodes, reward_sum, learn_sums + learned), None
 
-        def _update_step(state, update):
-            counters = jnp.zeros(config.num_envs, jnp.int32), jnp.zeros(config.num_envs, jnp.float32)
-            steps = update * config.num_steps + jnp.arange(config.num_steps)
-            (state_end, episodes, reward_sum, (loss_sum, q_sum, count)), _ = jax.lax.scan(
-                _step, (state, *counters, jnp.zeros(3, jnp.float32)), steps
-            )
-            metrics = {
-                "env_steps": (update + 1) * steps_per_update,
-                **blocks.ended_episodes(state.env_state, state_end.env_state, episodes, reward_sum, config.num_steps),
-                "epsilon": linear_epsilon(config, update * steps_per_update),
-                "loss/td": loss_sum / count,  # NaN before learning starts
-                "q_value": q_sum / count,
-                # Checked by the host after each chunk: no sync here (loss/td is NaN by design before learning).
-                "nonfinite": ~harness.all_finite((state_end.train_state, state_end.target_params)),
-            }
-            harness.report(log_fn, agent, update, metrics, every=config.log_every)
-            return state_end, metrics
+        counters = jnp.zeros(config.num_envs, jnp.int32), jnp.zeros(config.num_envs, jnp.float32)
+        (runner_end, episodes, reward_sum, (loss_sum, q_sum, count)), _ = jax.lax.scan(
+            _step, (runner, *counters, jnp.zeros(3, jnp.float32)), None, config.num_steps
+        )
+        metrics = {
+            **blocks.ended_episodes(runner.env_state, runner_end.env_state, episodes, reward_sum, config.num_steps),
+            "epsilon": linear_epsilon(config, runner.env_steps),
+            "loss/td": loss_sum / count,  # NaN before learning starts
+            "q_value": q_sum / count,
+        }
+        return runner_end, metrics
 
-        return jax.lax.scan(_update_step, state, updates)
-
-    return init, run
+    return init, update
 
 
-def num_iterations(config: Config) -> int:
-    """Updates, the iterations of the training scan: num_steps steps of every env (and their learning) each."""
-    return config.total_timesteps // (config.num_envs * config.num_steps)
-
-
-def make_train_parts(config: Config, log_fn=None):
-    """The resolved config's learner (`resolve`) for one agent as `(init, run)`, pure and jittable (see
+def make_train_parts(config: Config):
+    """The config's learner for one agent as `(init, update)`, pure and jittable: `init(rng)` makes a
+    `TabularState` or a `DQNState`, `update(runner) -> (runner, metrics)` runs one iteration (see
     harness.Algorithm)."""
-    config = resolve(config)
-    return (make_tabular_train if config.agent == "tabular" else make_dqn_train)(config, log_fn)
+    return (make_tabular_train if config.agent == "tabular" else make_dqn_train)(config)
 
 
-def make_train(config: Config, log_fn=None):
-    """`train(rng) -> (runner, metrics)`: one agent's whole run, pure and jittable; the runner is a `TabularState` or
-    a `DQNState`, metrics have an update axis."""
-    config = resolve(config)
-    init, run = make_train_parts(config, log_fn)
-    return lambda rng: run(rng, init(rng), jnp.arange(num_iterations(config)))
+def make_train(config: Config):
+    """`train(rng) -> (runner, metrics)`: one agent's whole run, pure and jittable; metrics have an iteration axis.
+    Exactly the scan the command line runs, chunk by chunk."""
+    init, update = make_train_parts(config)
+    return lambda rng: jax.lax.scan(lambda runner, _: update(runner), init(rng), None, num_iterations(config))
 
 
 def greedy_policy(config: Config, runner):
     """`act(obs batch) -> actions`: one agent's greedy policy (argmax of its Q-table or online Q-network, the first
     of tied actions)."""
-    config = resolve(config)
     env, env_params = envs.make(config.env)
     if config.agent == "tabular":
         return lambda obs: jnp.argmax(runner.q_table[jax.vmap(lambda o: envs.state_index(env, env_params, o))(obs)],
@@ -376,28 +374,26 @@ def greedy_policy(config: Config, runner):
     return lambda obs: jnp.argmax(network.apply(runner.train_state.params, obs), -1)
 
 
-def gridworld_stats(config: Config, runner):
-    """A tabular agent's Q-table and greedy path length on GridWorld (nothing elsewhere), for `write_gridworld`."""
+def write_outputs(config: Config, point_dir, runner):
+    """On GridWorld, for a sweep point's tabular agents (`runner`: their runners stacked on a leading axis):
+    q_values.png and each agent's greedy path length (summary.json's greedy_path_length). -> (summary fields,
+    image paths); ({}, []) elsewhere."""
     env, env_params = envs.make(config.env)
     if config.agent != "tabular" or not isinstance(env, gridworld.GridWorld):
-        return {}
-    return {"q_table": runner.q_table, "greedy_path_length": gridworld.greedy_path_length(env, env_params,
-                                                                                         runner.q_table)}
-
-
-def write_gridworld(config: Config, point_dir, stats):
-    """q_values.png of a sweep point's agents and their greedy path lengths (summary.json's greedy_path_length)."""
-    return gridworld.write_q_values(point_dir, envs.make(config.env)[0], stats,
-                                    f"tabular Q on {config.env}, mean of {config.num_seeds} agents")
+        return {}, []
+    q_tables = runner.q_table
+    lengths = jax.vmap(lambda q_table: gridworld.greedy_path_length(env, env_params, q_table))(q_tables)
+    stats = {"q_table": q_tables, "greedy_path_length": jax.device_get(lengths)}
+    return gridworld.write_q_values(point_dir, env, stats, f"tabular Q on {config.env}, mean of {len(q_tables)} agents")
 
 
 def validate(config: Config):
-    """Raises harness.ConfigError for what the resolved config's learner cannot train (the harness checks the shared
-    flags and --env)."""
-    harness.require_positive(config, "num_envs", "num_steps", "learning_rate", "buffer_size", "batch_size",
-                             "train_frequency", "target_network_frequency", "tau")
-    harness.require_between(config, 0, 1, "gamma", "start_e", "end_e", "exploration_fraction", "tau")
-    harness.require_between(config, 0, float("inf"), "learning_starts")
+    """Raises harness.ConfigError for what the config's learner cannot train (the harness checks the shared flags
+    and --env)."""
+    harness.require(config, positive=("num_envs", "num_steps", "learning_rate", "buffer_size", "batch_size",
+                                      "train_frequency", "target_network_frequency", "tau"),
+                    unit=("gamma", "start_e", "end_e", "exploration_fraction", "tau"),
+                    nonnegative=("learning_starts",))
     if not all(size > 0 for size in config.hidden_sizes):
         raise harness.ConfigError(f"--hidden-sizes must be positive integers, got {config.hidden_sizes}")
     env, env_params = envs.make(config.env)
@@ -407,12 +403,11 @@ def validate(config: Config):
     if config.agent == "tabular" and envs.num_states(env, env_params) is None:
         raise harness.ConfigError(f"--agent tabular needs a finite-state env (GridWorld-v0, FrozenLake-misc); "
                                   f"{config.env} has continuous observations: use --agent dqn or auto")
-    steps_per_update = config.num_envs * config.num_steps
-    if config.total_timesteps < steps_per_update:
-        raise harness.ConfigError(f"--total-timesteps {config.total_timesteps} is smaller than one update "
-                                  f"(--num-envs x --num-steps = {steps_per_update})")
+    if config.total_timesteps < steps_per_iteration(config):
+        raise harness.ConfigError(f"--total-timesteps {config.total_timesteps} is smaller than one iteration "
+                                  f"(--num-envs x --num-steps = {steps_per_iteration(config)})")
     if config.agent == "dqn":
-        if config.learning_starts >= num_iterations(config) * steps_per_update:
+        if config.learning_starts >= num_iterations(config) * steps_per_iteration(config):
             raise harness.ConfigError(f"--learning-starts {config.learning_starts} leaves no steps to learn in "
                                       f"--total-timesteps {config.total_timesteps}")
         if config.train_frequency % config.num_envs and config.num_envs % config.train_frequency:
@@ -426,19 +421,15 @@ def validate(config: Config):
 
 # The hand-off to the harness: a fork keeps it (its runs take the fork's file name); new metrics go in METRIC_KEYS.
 METRIC_KEYS = {
-    "tabular": ("env_steps", "episodes", "episode_return", "episode_length", "epsilon", "nonfinite"),
-    "dqn": ("env_steps", "episodes", "episode_return", "episode_length", "epsilon", "loss/td", "q_value",
-            "nonfinite"),
+    "tabular": ("episodes", "episode_return", "episode_length", "epsilon"),
+    "dqn": ("episodes", "episode_return", "episode_length", "epsilon", "loss/td", "q_value"),
 }
 
 
 ALGORITHM = harness.Algorithm(
-    config=Config, make_train_parts=make_train_parts, num_iterations=num_iterations, policy=greedy_policy,
-    metric_keys=lambda config: METRIC_KEYS[config.agent], validate=validate, resolve=resolve,
-    final_stats=gridworld_stats, write_stats=write_gridworld,
-    # env steps/s on our CPU: tabular GridWorld ~20M, DQN CartPole ~80k
-    chunk_steps=lambda config: {"tabular": 600_000_000, "dqn": 2_400_000}[config.agent],
-    size_flags=("buffer_size", "num_envs", "num_steps", "batch_size", "hidden_sizes"),
+    config=Config, make_train_parts=make_train_parts, steps_per_iteration=steps_per_iteration,
+    policy=greedy_policy, metric_keys=lambda config: METRIC_KEYS[config.agent], validate=validate,
+    write_outputs=write_outputs,
 )
 
 

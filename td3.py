@@ -8,8 +8,8 @@ Acting, storing, sampling and updating all run in one `jax.jit` (nested `lax.sca
     python td3.py --env brax/halfcheetah:mjx --total-timesteps 1000000 --num-envs 1 --updates-per-step 1 \
         --learning-starts 10000 --log-every 5000        # the paper's setting, on a GPU (README)
 
-Writes `<out-dir>/<run-name>/`: config.json, metrics.csv (one row per `--log-every` env steps and agent),
-learning_curve.png and summary.json; with `--track`, a wandb run as well. All but the algorithm is the harness's
+Writes `<out-dir>/<run-name>/`: config.json, metrics.csv (one row per update phase and agent), learning_curve.png and
+summary.json; with `--track`, a wandb run as well. All but the algorithm is the harness's
 (scanrl/harness/).
 """
 
@@ -39,9 +39,9 @@ class Config(harness.Flags):
     envs.list_envs()), or your own env as module:name (docs/envs.md)"""
     total_timesteps: int = 50_000
     """env steps (transitions) per agent, summed over its envs"""
-    log_every: int = 1000
-    """env steps per agent per metrics row (one iteration of the training scan); each row is printed (and logged
-    to wandb)"""
+    log_every: int = 125
+    """print progress (and log to wandb) every this many iterations (update phases: num_envs x update_every env
+    steps each, so 1,000 env steps at the defaults)"""
     # algorithm
     num_envs: int = 8
     """parallel envs per agent; each env step writes num_envs transitions into the agent's buffer"""
@@ -148,7 +148,7 @@ class RunnerState(NamedTuple):
     env_state: Any
     obs: jax.Array
     rng: jax.Array
-
+    env_steps: jax.Array  # int32: the agent's env steps so far, summed over its envs (random warm-up, first update)
 
 
 def td3_target(key, next_obs, reward, terminated, target_policy, target_twin_q, low, high, gamma, policy_noise,
@@ -195,27 +195,23 @@ def make_networks(config: Config, env, env_params):
     return actor, critic, policy, twin_q, q1
 
 
-def derived_sizes(config: Config):
-    """Sizes fixed by the config: env steps per update phase, updates per phase, phases per metrics row,
-    rows, and the buffer capacity (a multiple of num_envs, no larger than the transitions a run produces)."""
-    steps_per_phase = config.num_envs * config.update_every
-    updates_per_phase = round(config.updates_per_step * steps_per_phase)
-    num_rows = config.total_timesteps // config.log_every
-    capacity = min(config.buffer_size, num_rows * config.log_every)
-    capacity = -(-capacity // config.num_envs) * config.num_envs
-    return steps_per_phase, updates_per_phase, config.log_every // steps_per_phase, num_rows, capacity
+def steps_per_iteration(config: Config) -> int:
+    """Env steps of one agent in one iteration, an update phase: update_every steps of each of its num_envs envs."""
+    return config.num_envs * config.update_every
 
 
 def num_iterations(config: Config) -> int:
-    """Metrics rows, the iterations of the training scan: log_every env steps and their updates each."""
-    return derived_sizes(config)[3]
+    return config.total_timesteps // steps_per_iteration(config)
 
 
-def make_train_parts(config: Config, log_fn=None):
-    """TD3 for one agent as `(init, run)`, pure and jittable (see harness.Algorithm): `init(rng)`
-    and `run(agent, runner, rows)`, one `lax.scan` over the metrics rows numbered `rows`, calling
-    `log_fn(agent, row, metrics)` after every row."""
-    steps_per_phase, updates_per_phase, phases_per_row, num_rows, capacity = derived_sizes(config)
+def make_train_parts(config: Config):
+    """TD3 for one agent as `(init, update)`, pure and jittable: `init(rng) -> runner` and `update(runner) ->
+    (runner, metrics)`, one update phase."""
+    steps_per_phase = steps_per_iteration(config)
+    updates_per_phase = round(config.updates_per_step * steps_per_phase)
+    # A multiple of num_envs, so no write wraps (ReplayBuffer.add), and no larger than the transitions a run produces.
+    capacity = min(config.buffer_size, num_iterations(config) * steps_per_phase)
+    capacity = -(-capacity // config.num_envs) * config.num_envs
     env, env_params = envs.make_vec(config.env, config.num_envs)
     low, high = action_bounds(env, env_params)
     half_range = (high - low) / 2
@@ -226,8 +222,6 @@ def make_train_parts(config: Config, log_fn=None):
     # correction differently in the sharded program: last-bit differences in the losses).
     tx = optax.flatten(optax.adam(config.learning_rate))
     nan = jnp.float32(jnp.nan)
-    # Updates start in the phase whose env steps fill the buffer to learning_starts transitions.
-    first_update_phase = max(-(-config.learning_starts // steps_per_phase) - 1, 0)
 
     def init(rng):
         rng, key_actor, key_critic, key_reset = jax.random.split(rng, 4)
@@ -244,24 +238,27 @@ def make_train_parts(config: Config, log_fn=None):
         zeros = jnp.zeros(config.num_envs)
         buffer = ReplayBuffer.create(capacity, Transition(obs, jnp.zeros((config.num_envs,) + low.shape), zeros,
                                                           zeros, obs))
-        return RunnerState(learner, buffer, env_state, obs, rng)
+        return RunnerState(learner, buffer, env_state, obs, rng, jnp.int32(0))
 
-    def run(agent, runner, rows):
+    def update(runner):
+        """One phase: `update_every` steps of every env, then `updates_per_phase` updates once the buffer has
+        received learning_starts transitions (the phase that reaches them updates too)."""
 
-        def _env_step(runner, step):
+        def _env_step(runner, _):
             # Uniform random actions for the first learning_starts env steps (the paper's start_timesteps),
-            # then mu(s) plus Gaussian exploration noise. `step` counts steps of one env.
-            learner, buffer, env_state, obs, rng = runner
+            # then mu(s) plus Gaussian exploration noise.
+            learner, buffer, env_state, obs, rng, env_steps = runner
             rng, key_random, key_noise, key_step = jax.random.split(rng, 4)
             random_action = jax.random.uniform(key_random, (config.num_envs,) + low.shape, minval=low, maxval=high)
             noise = config.exploration_noise * half_range * jax.random.normal(key_noise, random_action.shape)
             explore_action = jnp.clip(policy(learner.actor.params, obs) + noise, low, high)
-            action = jnp.where(step * config.num_envs < config.learning_starts, random_action, explore_action)
+            action = jnp.where(env_steps < config.learning_starts, random_action, explore_action)
             next_obs, env_state, reward, terminated, _, info = env.step(key_step, env_state, action, env_params)
             # s' is the true next obs also where a time limit truncated the episode (and the env auto-reset),
             # and only termination is stored: truncated transitions keep their bootstrap.
             transition = Transition(obs, action, reward, terminated.astype(jnp.float32), info["final_observation"])
-            runner = RunnerState(learner, buffer.add(transition), env_state, next_obs, rng)
+            runner = RunnerState(learner, buffer.add(transition), env_state, next_obs, rng,
+                                 env_steps + config.num_envs)
             return runner, (info["episode_done"], info["episode_return"], info["episode_length"])
 
         def _update_critics(learner, batch, key):
@@ -291,68 +288,52 @@ def make_train_parts(config: Config, log_fn=None):
                 polyak(learner.critic.params, learner.critic_target, config.tau),
             ), loss
 
-        def _update(carry, update):
-            learner, buffer, rng = carry
+        def _update(carry, _):
+            # `buffer`: the phase's, after its env steps (read from `update` below, not carried: it does not change).
+            learner, rng = carry
             rng, key_sample, key_noise = jax.random.split(rng, 3)
             batch = buffer.sample(key_sample, config.batch_size)
             learner, critic_loss, q_value = _update_critics(learner, batch, key_noise)
-            # Delayed policy updates (Fujimoto et al. 2018, sec. 5.2). `update` is the same for every agent, so
-            # under vmap this stays a real branch: the actor's forward and backward pass run only when taken.
+            # Delayed policy updates (Fujimoto et al. 2018, sec. 5.2): the critic's step counts updates from the
+            # first one, as the paper's delay counter does.
             learner, actor_loss = jax.lax.cond(
-                (update + 1) % config.policy_delay == 0,
+                learner.critic.step % config.policy_delay == 0,
                 _update_actor_and_targets,
                 lambda learner, _: (learner, nan),
                 learner, batch.obs,
             )
-            return (learner, buffer, rng), (critic_loss, actor_loss, q_value)
+            return (learner, rng), (critic_loss, actor_loss, q_value)
 
-        def _phase(runner, phase):
-            """`update_every` env steps, then `updates_per_phase` updates once the buffer holds learning_starts."""
-            steps = phase * config.update_every + jnp.arange(config.update_every)
-            runner, episodes = jax.lax.scan(_env_step, runner, steps)
-            learner, buffer, env_state, obs, rng = runner
-            # Counts updates from the first one, as the paper's delay counter does.
-            updates = (phase - first_update_phase) * updates_per_phase + jnp.arange(updates_per_phase)
-            (learner, _, rng), losses = jax.lax.cond(
-                phase >= first_update_phase,
-                lambda carry: jax.lax.scan(_update, carry, updates),
-                lambda carry: (carry, (jnp.full(updates_per_phase, nan),) * 3),
-                (learner, buffer, rng),
-            )
-            return RunnerState(learner, buffer, env_state, obs, rng), (episodes, losses)
+        runner, (done, episode_return, episode_length) = jax.lax.scan(_env_step, runner, None, config.update_every)
+        learner, buffer, env_state, obs, rng, env_steps = runner
+        (learner, rng), (critic_loss, actor_loss, q_value) = jax.lax.cond(
+            env_steps >= config.learning_starts,
+            lambda carry: jax.lax.scan(_update, carry, None, updates_per_phase),
+            lambda carry: (carry, (jnp.full(updates_per_phase, nan),) * 3),
+            (learner, rng),
+        )
+        episodes = done.sum()
+        metrics = {
+            "updates": learner.critic.step,
+            "episodes": episodes,
+            # Mean over the episodes that ended in this phase; NaN if none did (likewise the losses: NaN in a phase
+            # without updates, and the actor's in one without an actor update).
+            "episode_return": (episode_return * done).sum() / episodes,
+            "episode_length": (episode_length * done).sum() / episodes,
+            "loss/critic": jnp.nanmean(critic_loss),
+            "loss/actor": jnp.nanmean(actor_loss),
+            "q_value": jnp.nanmean(q_value),
+        }
+        return RunnerState(learner, buffer, env_state, obs, rng, env_steps), metrics
 
-        def _row(runner, row):
-            phases = row * phases_per_row + jnp.arange(phases_per_row)
-            runner, ((done, episode_return, episode_length), (critic_loss, actor_loss, q_value)) = jax.lax.scan(
-                _phase, runner, phases
-            )
-            episodes = done.sum()
-            metrics = {
-                "env_steps": (row + 1) * config.log_every,
-                "updates": jnp.maximum(phases[-1] - first_update_phase + 1, 0) * updates_per_phase,
-                "episodes": episodes,
-                # Mean over the episodes that ended in this row; NaN if none did (likewise the losses).
-                "episode_return": (episode_return * done).sum() / episodes,
-                "episode_length": (episode_length * done).sum() / episodes,
-                "loss/critic": jnp.nanmean(critic_loss),
-                "loss/actor": jnp.nanmean(actor_loss),
-                "q_value": jnp.nanmean(q_value),
-                # Checked by the host after each chunk: no sync here. (The losses are NaN by design in phases
-                # without updates; the parameters are what a divergence breaks.)
-                "nonfinite": ~harness.all_finite(runner.learner),
-            }
-            harness.report(log_fn, agent, row, metrics)  # every row: a row is --log-every env steps
-            return runner, metrics
-
-        return jax.lax.scan(_row, runner, rows)
-
-    return init, run
+    return init, update
 
 
-def make_train(config: Config, log_fn=None):
-    """`train(rng) -> (runner, metrics)`: one agent's whole run, pure and jittable; metrics have a row axis."""
-    init, run = make_train_parts(config, log_fn)
-    return lambda rng: run(rng, init(rng), jnp.arange(num_iterations(config)))
+def make_train(config: Config):
+    """`train(rng) -> (runner, metrics)`: one agent's whole run, pure and jittable; metrics have an iteration axis.
+    Exactly the scan the command line runs, chunk by chunk."""
+    init, update = make_train_parts(config)
+    return lambda rng: jax.lax.scan(lambda runner, _: update(runner), init(rng), None, num_iterations(config))
 
 
 def deterministic_policy(config: Config, runner):
@@ -364,41 +345,33 @@ def deterministic_policy(config: Config, runner):
 
 def validate(config: Config):
     """Raises harness.ConfigError for what TD3 cannot train (the harness checks the shared flags and --env)."""
-    harness.require_positive(config, "num_envs", "buffer_size", "batch_size", "update_every", "policy_delay",
-                             "hidden_size", "learning_rate", "updates_per_step", "tau")
-    harness.require_between(config, 0, 1, "gamma", "tau")
-    harness.require_between(config, 0, float("inf"), "learning_starts", "exploration_noise", "policy_noise",
-                            "noise_clip")
+    harness.require(config, positive=("num_envs", "buffer_size", "batch_size", "update_every", "policy_delay",
+                                      "hidden_size", "learning_rate", "updates_per_step", "tau"),
+                    unit=("gamma", "tau"),
+                    nonnegative=("learning_starts", "exploration_noise", "policy_noise", "noise_clip"))
     env, env_params = envs.make(config.env)
     if envs.is_discrete(env, env_params):
         raise harness.ConfigError(f"--env {config.env} has discrete actions; TD3 needs a continuous (Box) action "
                                   "space")
-    steps_per_phase = config.num_envs * config.update_every
+    steps_per_phase = steps_per_iteration(config)
     updates = config.updates_per_step * steps_per_phase
     if abs(updates - round(updates)) > 1e-9:
         raise harness.ConfigError(f"--updates-per-step {config.updates_per_step} x --update-every x --num-envs = "
                                   f"{updates:g} updates per phase; it must be a whole number")
-    if config.log_every % steps_per_phase:
-        raise harness.ConfigError(f"--log-every {config.log_every} must be a multiple of --num-envs x --update-every "
-                                  f"= {steps_per_phase}")
-    if config.total_timesteps < config.log_every:
-        raise harness.ConfigError(f"--total-timesteps {config.total_timesteps} is smaller than --log-every "
-                                  f"{config.log_every}")
-    if config.learning_starts >= config.total_timesteps // config.log_every * config.log_every:
+    if config.total_timesteps < steps_per_phase:
+        raise harness.ConfigError(f"--total-timesteps {config.total_timesteps} is smaller than one update phase "
+                                  f"(--num-envs x --update-every = {steps_per_phase}); raise it or shrink the phase")
+    if config.learning_starts >= num_iterations(config) * steps_per_phase:
         raise harness.ConfigError(f"--learning-starts {config.learning_starts} leaves no steps to learn in "
                                   f"--total-timesteps {config.total_timesteps}")
 
 
 # The hand-off to the harness: a fork keeps it (its runs take the fork's file name); new metrics go in METRIC_KEYS.
-METRIC_KEYS = ("env_steps", "updates", "episodes", "episode_return", "episode_length",
-               "loss/actor", "loss/critic", "q_value", "nonfinite")
+METRIC_KEYS = ("updates", "episodes", "episode_return", "episode_length", "loss/actor", "loss/critic", "q_value")
 
 ALGORITHM = harness.Algorithm(
-    config=Config, make_train_parts=make_train_parts, num_iterations=num_iterations,
+    config=Config, make_train_parts=make_train_parts, steps_per_iteration=steps_per_iteration,
     policy=deterministic_policy, metric_keys=METRIC_KEYS, validate=validate,
-    result_flags=("log_every",),  # it sets the metrics rows, the iterations of the training scan
-    log_period=lambda config: 1,  # a progress line every row
-    chunk_steps=60_000, size_flags=("buffer_size", "num_envs", "batch_size", "hidden_size"),  # ~2k steps/s, Pendulum
 )
 
 

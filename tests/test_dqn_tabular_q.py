@@ -1,5 +1,6 @@
-"""dqn_tabular_q.py: the random tie-break, the replay buffer, reproducibility per seed, config checks, the CLI
-and its outputs, and (slow) learning on GridWorld-v0, CartPole-v1 and Acrobot-v1."""
+"""dqn_tabular_q.py: the averaged tabular update, the replay buffer, reproducibility per seed, the env-step counter
+that epsilon, the warm-up and the gradient steps read, the resolved Config, config checks, q_values.png and the
+greedy path length, the CLI and its outputs, and (slow) learning on GridWorld-v0, CartPole-v1 and Acrobot-v1."""
 
 import csv
 import dataclasses
@@ -69,28 +70,51 @@ def test_buffer_is_vmappable():
 
 
 def tiny(**overrides):
-    config, _ = harness.check(dq.ALGORITHM, dataclasses.replace(dq.Config(), **overrides))
+    config = dq.Config(**overrides)
+    dq.validate(config)
     return config
 
 
 def test_agent_i_of_a_vmapped_run_equals_seed_plus_i_alone():
     # FrozenLake is slippery (env keys matter) and its goal is near, so the tables fill within the budget.
-    train = dq.make_train(tiny(env="FrozenLake-misc", total_timesteps=5_000, num_steps=500))
+    config = tiny(env="FrozenLake-misc", total_timesteps=5_000, num_steps=500, start_e=1.0, end_e=0.0,
+                  exploration_fraction=0.5)
+    train = dq.make_train(config)
     runners, metrics = jax.jit(jax.vmap(train))(jnp.stack([jax.random.PRNGKey(0), jax.random.PRNGKey(1)]))
     alone_runner, alone = jax.jit(train)(jax.random.PRNGKey(1))
     q_tables, q_alone = runners.q_table, alone_runner.q_table
     np.testing.assert_allclose(q_tables[1], q_alone, rtol=1e-6)
     np.testing.assert_array_equal(metrics["episodes"][1], alone["episodes"])
     assert np.abs(q_alone).sum() > 0 and not np.allclose(q_tables[0], q_tables[1])
+    # 10 iterations of 500 env steps; epsilon, read from the runner's counter, reaches 0 after 2,500 steps.
+    assert set(metrics) == set(dq.METRIC_KEYS["tabular"]) and runners.env_steps.tolist() == [5_000, 5_000]
+    np.testing.assert_allclose(alone["epsilon"], [1.0, 0.8, 0.6, 0.4, 0.2] + [0.0] * 5, atol=1e-6)
 
 
-def test_auto_picks_the_table_for_finite_state_envs_and_dqn_otherwise():
-    assert dq.resolve(dq.Config(env="GridWorld-v0")).agent == "tabular"
-    assert dq.resolve(dq.Config(env="FrozenLake-misc")).agent == "tabular"
-    config = dq.resolve(dq.Config(env="CartPole-v1"))
+def test_dqn_counts_env_steps_for_epsilon_the_warm_up_and_the_gradient_steps():
+    # 20 iterations of 4 envs x 25 steps; 2 gradient steps per vector step (train-frequency 2) from env step 1000,
+    # the last vector step of iteration 9: 251 vector steps learn.
+    config = tiny(env="CartPole-v1", total_timesteps=2_000, num_envs=4, num_steps=25, train_frequency=2,
+                  learning_starts=1_000, buffer_size=1_000, batch_size=32, hidden_sizes=(16,), start_e=1.0,
+                  end_e=0.0, exploration_fraction=0.5)
+    runner, metrics = jax.jit(dq.make_train(config))(jax.random.PRNGKey(0))
+    assert set(metrics) == set(dq.METRIC_KEYS["dqn"]) and metrics["epsilon"].shape == (20,)
+    assert int(runner.env_steps) == 2_000 and int(runner.train_state.step) == 251 * 2
+    np.testing.assert_allclose(metrics["epsilon"], np.maximum(0.0, 1.0 - np.arange(20) * 100 / 1_000), atol=1e-6)
+    assert np.isnan(metrics["loss/td"][:9]).all() and np.isfinite(metrics["loss/td"][9:]).all()
+
+
+def test_config_is_resolved_as_it_is_made():
+    assert dq.Config(env="GridWorld-v0").agent == "tabular"
+    assert dq.Config(env="FrozenLake-misc").agent == "tabular"
+    config = dq.Config(env="CartPole-v1")
     assert (config.agent, config.learning_rate, config.gamma, config.num_envs) == ("dqn", 2.5e-4, 0.99, 10)
-    config = dq.resolve(dq.Config(env="GridWorld-v0", learning_rate=0.5))
+    config = dq.Config(env="GridWorld-v0", learning_rate=0.5)
     assert (config.learning_rate, config.gamma, config.start_e, config.num_envs) == (0.5, 0.9, 0.1, 1)
+    # Idempotent: a resolved config (as config.json records it) is made again unchanged, and replace changes only
+    # what it names.
+    assert dq.Config(**dataclasses.asdict(config)) == config
+    assert dataclasses.replace(config, gamma=0.5) == dq.Config(env="GridWorld-v0", learning_rate=0.5, gamma=0.5)
 
 
 @pytest.mark.parametrize(
@@ -104,15 +128,36 @@ def test_auto_picks_the_table_for_finite_state_envs_and_dqn_otherwise():
         (dict(env="CartPole-v1", train_frequency=3), "--train-frequency 3 and --num-envs 10"),
         (dict(env="CartPole-v1", buffer_size=64), "--buffer-size 64 must hold at least one batch"),
         (dict(env="CartPole-v1", total_timesteps=10_000), "--learning-starts 10000 leaves no steps to learn"),
-        (dict(total_timesteps=10), "--total-timesteps 10 is smaller than one update"),
+        (dict(total_timesteps=10), "--total-timesteps 10 is smaller than one iteration"),
         (dict(hidden_sizes=(64, 0)), "--hidden-sizes must be positive integers"),
-        (dict(sweep=("tau=0.5,1",)), "--sweep tau: the value of config.tau changes nothing"),  # tabular: no target
     ],
 )
 def test_bad_config_names_the_flag(overrides, message):
     with pytest.raises(harness.ConfigError) as error:
-        harness.check(dq.ALGORITHM, dataclasses.replace(dq.Config(), **overrides))
+        dq.validate(dq.Config(**overrides))
     assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_sweeping_a_field_of_the_other_learner_is_refused():
+    with pytest.raises(harness.ConfigError) as error:
+        harness.check(dq.ALGORITHM, dq.Config(sweep=("tau=0.5,1",)))  # tabular: no target network
+    assert "--sweep tau: the value of config.tau changes nothing" in str(error.value)
+
+
+def test_write_outputs_draws_the_q_values_and_measures_greedy_paths_on_gridworld(tmp_path):
+    config = dq.Config(num_seeds=2)
+    runners = jax.vmap(dq.make_train_parts(config)[0])(jax.random.split(jax.random.PRNGKey(0), 2))
+    # Agent 0 goes left along the bottom row, then up column 0: the 18-step shortest path. Agent 1's zero table
+    # picks the first of its tied actions, right, into the wall at the start: it never arrives.
+    left, up = 2, 3
+    q_path = np.zeros((96, 4), np.float32)
+    q_path[np.arange(96), np.where(np.arange(96) % 12 > 0, left, up)] = 1.0
+    runners = jax.tree.map(np.asarray, runners._replace(q_table=jnp.stack([q_path, jnp.zeros((96, 4))])))
+    fields, images = dq.write_outputs(config, str(tmp_path), runners)
+    assert fields == {"greedy_path_length": [18, None]}
+    assert images == [str(tmp_path / "q_values.png")] and (tmp_path / "q_values.png").is_file()
+    assert dq.write_outputs(dq.Config(env="FrozenLake-misc"), str(tmp_path), None) == ({}, [])
+    assert dq.write_outputs(dq.Config(env="CartPole-v1"), str(tmp_path), None) == ({}, [])
 
 
 def test_tabular_gridworld_writes_run(tmp_path):

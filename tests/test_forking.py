@@ -24,9 +24,8 @@ CONTRACT_FLAGS["tabular_q"] = ["--agent", "tabular", "--start-e", "0.5", "--num-
 
 
 # A research repository's own modules, named as scanrl's once were: a script that imported them would fail here.
-RESEARCHERS_OWN = {"envs.py": "raise ImportError(\"the research repository's own envs.py was imported\")\n",
-                   "utils.py": "raise ImportError(\"the research repository's own utils.py was imported\")\n",
-                   "harness/__init__.py": "raise ImportError(\"the research repository's own harness/ was imported\")\n"}
+RESEARCHERS_OWN = {name: f"raise ImportError(\"the research repository's own {name} was imported\")\n"
+                   for name in ("envs.py", "utils.py", "harness/__init__.py")}
 
 
 def research_repository(tmp_path, script):
