@@ -627,8 +627,8 @@ def run_entries(entries, out_dir, records=None) -> list[str]:
     return failed
 
 
-# The optional suites by id prefix: (package, requirements file). scanrl/envs/<suite>.py knows the same, but importing envs
-# imports gymnax, which starts JAX in this process: the runs need the accelerator to themselves.
+# The optional suites by id prefix: (package, requirements file). scanrl/envs/<suite>.py knows the same, but importing
+# envs imports gymnax, which starts JAX in this process: the runs need the accelerator to themselves.
 SUITE_PACKAGES = {"brax/": ("brax", "brax"), "playground/": ("mujoco_playground", "playground"),
                   "Craftax-": ("craftax", "craftax"), "MiniGrid-": ("xminigrid", "xminigrid")}
 

@@ -1,5 +1,5 @@
-"""scanrl/harness/aggregate.py: IQM, stratified-bootstrap intervals, performance profiles and normalisation, against hand
-computed values, scipy.stats.trim_mean and plain-Python loops."""
+"""scanrl/harness/aggregate.py: IQM, stratified-bootstrap intervals, performance profiles and normalisation,
+against hand-computed values, scipy.stats.trim_mean and plain-Python loops."""
 
 import json
 import math

@@ -84,7 +84,8 @@ def test_a_run_too_big_for_memory_exits_2_before_allocating_with_both_figures(tm
     err = capsys.readouterr().err.strip().splitlines()
     assert exited.value.code == 2 and len(err) == 1, err
     found = re.fullmatch(r"error: the run needs about ([\d.]+) GB of memory \(([\d.]+) GB of it the state of its "
-                         r"(?:4 )?agents\) and this host has ([\d.]+) GB available: lower --num-seeds, .*--buffer-size.*",
+                         r"(?:4 )?agents\) and this host has ([\d.]+) GB available: lower --num-seeds, "
+                         r".*--buffer-size.*",
                          err[0])
     assert found, err[0]
     need, state, free = map(float, found.groups())

@@ -1,5 +1,5 @@
-"""scanrl/harness/records.py's plots and per-run figures: learning curves carry each seed's return forward from its latest
-finished episodes (no gaps, never empty), count the seeds they cover, and a sweep's points share one plot; and
+"""scanrl/harness/records.py's plots and per-run figures: learning curves carry each seed's return forward from its
+latest finished episodes (no gaps, never empty), count the seeds they cover, and a sweep's points share one plot; and
 benchmarks/seed_curves.py, every seed's curve of a run."""
 
 import csv

@@ -1,5 +1,5 @@
-"""The optional suites' adapters (scanrl/envs/craftax.py, xminigrid.py, playground.py) against each suite's own API, and your
-own env from the command line (--env module:name, envs.register)."""
+"""The optional suites' adapters (scanrl/envs/craftax.py, xminigrid.py, playground.py) against each suite's own API,
+and your own env from the command line (--env module:name, envs.register)."""
 
 import json
 import os
