@@ -1,12 +1,15 @@
 """Forking is safe: the contract check (scanrl/harness/contract.py) passes on every script, and on a fork, which names
 itself and whose new fields sweep as the config reads them; the traps of a copied script end in one line."""
 
+import contextlib
 import dataclasses
 import importlib
+import io
 import json
 import os
 import subprocess
 import sys
+import textwrap
 
 import pytest
 from conftest import ROOT
@@ -70,21 +73,42 @@ def test_a_copied_script_writes_its_runs_to_its_own_directory(tmp_path):
         ["envs.py", "utils.py", "harness", copy, "runs"])
 
 
+GUIDE = (ROOT / "docs" / "forking.md").read_text()
+GUIDE_BLOCKS = [block.split("```", 1)[0] for block in GUIDE.split("```python\n")[1:]]
+
+
+def guide_block(containing):
+    """The forking guide's python block holding `containing`, dedented."""
+    (block,) = [b for b in GUIDE_BLOCKS if containing in b]
+    return textwrap.dedent(block)
+
+
 def write_fork(tmp_path, name, field, use):
-    """A copy of ppo.py saved as `name`.py with a new float field; `use`: the loss reads it (a KL penalty)."""
+    """ppo.py forked as the forking guide says, saved as `name`.py, its new field named `field`: the guide's Config
+    field under max_grad_norm and, with `use`, the guide's KL penalty in place of the loss line."""
     source = (ROOT / "ppo.py").read_text()
-    source = source.replace('''    max_grad_norm: float = 0.5
-    """global gradient-norm clip"""''', f'''    max_grad_norm: float = 0.5
+    anchor = '''    max_grad_norm: float = 0.5
     """global gradient-norm clip"""
-    {field}: float = 0.0
-    """a fork's new coefficient"""''')
+'''
+    assert anchor in source
+    source = source.replace(anchor, anchor + textwrap.indent(guide_block("kl_coef: float").replace("kl_coef", field),
+                                                             "    "))
     if use:
-        source = source.replace("loss = actor_loss + config.vf_coef * critic_loss - config.ent_coef * entropy",
-                                f"loss = actor_loss + config.vf_coef * critic_loss - config.ent_coef * entropy "
-                                f"+ config.{field} * ((ratio - 1.0) - log_ratio).mean()")
+        line = "        loss = actor_loss + config.vf_coef * critic_loss - config.ent_coef * entropy\n"
+        assert line in source
+        source = source.replace(line, textwrap.indent(guide_block("approx_kl = ").replace("kl_coef", field),
+                                                      " " * 8))
     path = tmp_path / f"{name}.py"
     path.write_text(source)
     return path
+
+
+def test_the_guides_make_train_example_runs():
+    """The forking guide's make_train block, as written: 4 agents, and the shape it prints."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(guide_block("ppo.make_train(ppo.Config("), {})
+    assert out.getvalue().strip() == "(4, 39)"
 
 
 def test_a_forks_new_field_sweeps_as_the_config_reads_it(tmp_path):

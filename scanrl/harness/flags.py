@@ -337,7 +337,7 @@ def resumed_config(algorithm, config, named=(), trained=None):
     results = [f.name for f in dataclasses.fields(algorithm.config) if f.name not in logging]
     # Compared as JSON, the form config.json holds (tuples are lists there).
     given, defaults, as_saved = (json.loads(json.dumps(c)) for c in (
-        dataclasses.asdict(config), dataclasses.asdict(algorithm.config()), saved))
+        dataclasses.asdict(config), dataclasses.asdict(algorithm.config(env=config.env)), saved))
     truth = dict(as_saved)
     if trained is not None:
         where, held = trained

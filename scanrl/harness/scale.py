@@ -242,7 +242,7 @@ def sweep_overrides(algorithm, config, points) -> list[str]:
     replace it, which the run says rather than silently drop the flag."""
     if not config.sweep:
         return []
-    defaults = algorithm.config()
+    defaults = algorithm.config(env=config.env)  # a default may depend on the env (dqn_tabular_q's learner)
     return [f"note: --sweep {name}={','.join(f'{p[name]:g}' for p in points)} overrides {flag(name)} "
             f"{getattr(config, name)}: each point trains with its own value" for name in points[0]
             if getattr(config, name) != getattr(defaults, name)]
