@@ -98,7 +98,7 @@ def state_bytes(script, flags):
     """Bytes of one agent's runner state (everything a checkpoint holds but the metrics) at the script's defaults."""
     code = (f"import sys, jax, tyro; sys.path.insert(0, {ROOT!r}); from scanrl import harness; import importlib; "
             f"m = importlib.import_module({script[:-3]!r}); "
-            f"c = m.ALGORITHM.resolve(tyro.cli(m.Config, args={flags!r})); init, _ = m.make_train_parts(c); "
+            f"c = tyro.cli(m.Config, args={flags!r}); init, _ = m.make_train_parts(c); "
             "s = jax.eval_shape(init, jax.random.PRNGKey(0)); "
             "print(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(s)))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)

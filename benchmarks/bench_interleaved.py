@@ -18,7 +18,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
 import tyro  # noqa: E402
 
 from scanrl import harness  # noqa: E402
@@ -43,24 +42,25 @@ def compiled(path, args):
     spec.loader.exec_module(module)
     config = module.Config(env=args.env, total_timesteps=args.updates * module.Config().num_envs
                            * module.Config().num_steps)
-    init, run = module.make_train_parts(config)
+    init, update = module.make_train_parts(config)
     keys = jax.random.split(jax.random.PRNGKey(0), args.num_seeds)
-    runner, ids = jax.jit(jax.vmap(init))(keys), jnp.arange(args.num_seeds)
-    program = jax.jit(jax.vmap(lambda a, r: run(a, r, jnp.arange(args.updates)))).lower(ids, runner).compile()
-    jax.block_until_ready(program(ids, runner))
-    return program, ids, runner, config.num_envs * config.num_steps * args.updates * args.num_seeds
+    runner = jax.jit(jax.vmap(init))(keys)
+    program = jax.jit(jax.vmap(lambda r: jax.lax.scan(lambda r, _: update(r), r, None, args.updates))).lower(
+        runner).compile()
+    jax.block_until_ready(program(runner))
+    return program, runner, config.num_envs * config.num_steps * args.updates * args.num_seeds
 
 
 def main(args: Args):
     programs = [compiled(path, args) for path in args.variants]
     times = [[] for _ in programs]
     for _ in range(args.repeats):
-        for (program, ids, runner, _), t in zip(programs, times, strict=True):
+        for (program, runner, _), t in zip(programs, times, strict=True):
             start = time.perf_counter()
-            jax.block_until_ready(program(ids, runner))
+            jax.block_until_ready(program(runner))
             t.append(time.perf_counter() - start)
     base = statistics.median(times[0])
-    for path, (_, _, _, steps), t in zip(args.variants, programs, times, strict=True):
+    for path, (_, _, steps), t in zip(args.variants, programs, times, strict=True):
         print(f"{os.path.basename(path):24s} {args.num_seeds} seeds: median {steps / statistics.median(t):10,.0f} "
               f"env steps/s, time {statistics.median(t) / base:.3f}x the first")
 

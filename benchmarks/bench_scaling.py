@@ -44,13 +44,12 @@ class Args:
 def time_rows(args: Args, num_devices: int):
     """In a process that sees `num_devices` devices: one row per entry of args.seeds."""
     import jax
-    import jax.numpy as jnp
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     sys.path.insert(0, ROOT)
     import ppo
-    from scanrl.harness.scale import agent_layout, init_agents, over_agents, to_agents
+    from scanrl.harness.scale import agent_layout, init_agents, over_agents
 
     mesh = Mesh(np.array(jax.devices()[:num_devices]), ("agents",))
     sharding = NamedSharding(mesh, PartitionSpec("agents"))
@@ -62,18 +61,18 @@ def time_rows(args: Args, num_devices: int):
         per_agent = max(1, args.steps_per_row // (num_seeds * batch)) * batch
         config = ppo.Config(env=args.env, num_seeds=num_seeds, total_timesteps=per_agent)
         keys, swept, _ = agent_layout(config, [{}])
-        init, run = ppo.make_train_parts(config)
-        run = over_agents(run, mesh, (0, 0, None))
-        agent_ids = to_agents(np.arange(num_seeds, dtype=np.int32), sharding)
-        updates = jnp.arange(ppo.num_iterations(config))
+        init, update = ppo.make_train_parts(config)
+        iterations = ppo.num_iterations(config)
+        run = over_agents(lambda runner, update=update, n=iterations: jax.lax.scan(
+            lambda r, _: update(r), runner, None, n), mesh, (0,))
         start = time.perf_counter()
         runner = init_agents(lambda key, swept, init=init: init(key), sharding, keys, swept)
-        compiled = run.lower(agent_ids, runner, updates).compile()
+        compiled = run.lower(runner).compile()
         compile_s = time.perf_counter() - start
         times = []
         for _ in range(args.repeats):
             start = time.perf_counter()
-            jax.block_until_ready(compiled(agent_ids, runner, updates))
+            jax.block_until_ready(compiled(runner))
             times.append(time.perf_counter() - start)
         run_s = statistics.median(times)
         rows.append(dict(devices=num_devices, seeds=num_seeds, steps_per_agent=per_agent, compile_s=compile_s,
