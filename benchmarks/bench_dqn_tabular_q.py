@@ -59,14 +59,16 @@ def compile_case(overrides):
     keys = harness.scale.seed_keys(config)
     t0 = time.perf_counter()
     compiled = jax.jit(jax.vmap(script.make_train(config))).lower(keys).compile()
-    return config, keys, compiled, time.perf_counter() - t0
+    steps = script.steps_per_iteration(config) * np.arange(1, script.num_iterations(config) + 1)
+    return config, keys, (compiled, np.broadcast_to(steps, (len(keys), len(steps)))), time.perf_counter() - t0
 
 
 def run_compiled(compiled, keys):
-    """-> (train seconds, metrics as numpy arrays (agent, iteration))."""
+    """-> (train seconds, metrics as numpy arrays (agent, iteration), with each iteration's env steps)."""
+    compiled, env_steps = compiled
     t0 = time.perf_counter()
     _, metrics = jax.block_until_ready(compiled(keys))
-    return time.perf_counter() - t0, jax.tree.map(np.asarray, metrics)
+    return time.perf_counter() - t0, {**jax.tree.map(np.asarray, metrics), "env_steps": env_steps}
 
 
 def run_case(overrides):

@@ -56,7 +56,7 @@ def time_row(config: ppo.Config, repeats: int):
         start = time.perf_counter()
         _, metrics = jax.block_until_ready(compiled(keys))
         run_times.append(time.perf_counter() - start)
-    env_steps = int(metrics["env_steps"][0, -1])
+    env_steps = ppo.num_iterations(config) * ppo.steps_per_iteration(config)
     run_s = statistics.median(run_times)
     return compile_s, run_s, env_steps * config.num_seeds / run_s, float(jnp.nanmean(metrics["episode_return"][:, -1]))
 

@@ -68,7 +68,7 @@ def time_run(module, config):
     start = time.perf_counter()
     _, metrics = jax.block_until_ready(compiled(keys))
     run_s = time.perf_counter() - start
-    env_steps = int(metrics["env_steps"][0, -1])
+    env_steps = module.num_iterations(config) * module.steps_per_iteration(config)
     return compile_s, run_s, env_steps * config.num_seeds / run_s
 
 

@@ -38,7 +38,8 @@ def measure(config: td3.Config, num_seeds: int):
     t0 = time.perf_counter()
     _, metrics = jax.block_until_ready(compiled(keys))
     run_s = time.perf_counter() - t0
-    return compile_s, run_s, int(metrics["env_steps"][0, -1]), int(metrics["updates"][0, -1])
+    return compile_s, run_s, td3.num_iterations(config) * td3.steps_per_iteration(config), int(
+        metrics["updates"][0, -1])
 
 
 def report(name, config, num_seeds):
