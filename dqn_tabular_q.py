@@ -316,19 +316,19 @@ def make_dqn_train(config: Config):
             buffer = buffer.add((obs.astype(jnp.float32), action, reward.astype(jnp.float32),
                                  info["final_observation"].astype(jnp.float32), terminated.astype(jnp.float32)))
             env_steps = env_steps + config.num_envs
-            # Under vmap the agents' counters are batched, so these conds run both branches and select.
-            train_state, learned = jax.lax.cond(
+            # blocks.run_if, not lax.cond: under vmap the agents' counters are batched, and a cond would run both
+            # branches for every agent; the agents learn (and update their targets) at the same steps.
+            train_state, learned = blocks.run_if(
                 jnp.logical_and(env_steps >= config.learning_starts,
                                 env_steps // config.num_envs % steps_per_train == 0),
-                _learn,
-                lambda train_state, *_: (train_state, jnp.zeros(3, jnp.float32)),
-                train_state, target_params, buffer, key_learn,
+                lambda train_state: _learn(train_state, target_params, buffer, key_learn),
+                train_state, jnp.zeros(3, jnp.float32),
             )
-            target_params = jax.lax.cond(
+            target_params, _ = blocks.run_if(
                 env_steps // config.target_network_frequency
                 > (env_steps - config.num_envs) // config.target_network_frequency,
-                lambda: optax.incremental_update(train_state.params, target_params, config.tau),
-                lambda: target_params,
+                lambda target_params: (optax.incremental_update(train_state.params, target_params, config.tau), ()),
+                target_params, (),
             )
             state = DQNState(train_state, target_params, buffer, env_state, next_obs, rng, env_steps)
             episodes, reward_sum = episodes + info["episode_done"], reward_sum + reward

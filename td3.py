@@ -9,8 +9,7 @@ Acting, storing, sampling and updating all run in one `jax.jit` (nested `lax.sca
         --learning-starts 10000 --log-every 5000        # the paper's setting, on a GPU (README)
 
 Writes `<out-dir>/<run-name>/`: config.json, metrics.csv (one row per update phase and agent), learning_curve.png and
-summary.json; with `--track`, a wandb run as well. All but the algorithm is the harness's
-(scanrl/harness/).
+summary.json; with `--track`, a wandb run as well. All but the algorithm is the harness's (scanrl/harness/).
 """
 
 from scanrl import harness
@@ -27,7 +26,7 @@ import optax
 from flax import struct
 from flax.training.train_state import TrainState
 
-from scanrl import envs
+from scanrl import blocks, envs
 
 
 @dataclass(frozen=True)
@@ -170,6 +169,7 @@ def polyak(params, target_params, tau):
     return jax.tree.map(lambda p, t: tau * p + (1.0 - tau) * t, params, target_params)
 
 
+
 def action_bounds(env, env_params):
     space = env.action_space(env_params)
     low = jnp.broadcast_to(jnp.asarray(space.low, jnp.float32), space.shape)
@@ -296,21 +296,16 @@ def make_train_parts(config: Config):
             learner, critic_loss, q_value = _update_critics(learner, batch, key_noise)
             # Delayed policy updates (Fujimoto et al. 2018, sec. 5.2): the critic's step counts updates from the
             # first one, as the paper's delay counter does.
-            learner, actor_loss = jax.lax.cond(
-                learner.critic.step % config.policy_delay == 0,
-                _update_actor_and_targets,
-                lambda learner, _: (learner, nan),
-                learner, batch.obs,
-            )
+            learner, actor_loss = blocks.run_if(learner.critic.step % config.policy_delay == 0,
+                                         lambda learner: _update_actor_and_targets(learner, batch.obs), learner, nan)
             return (learner, rng), (critic_loss, actor_loss, q_value)
 
         runner, (done, episode_return, episode_length) = jax.lax.scan(_env_step, runner, None, config.update_every)
         learner, buffer, env_state, obs, rng, env_steps = runner
-        (learner, rng), (critic_loss, actor_loss, q_value) = jax.lax.cond(
+        (learner, rng), (critic_loss, actor_loss, q_value) = blocks.run_if(
             env_steps >= config.learning_starts,
             lambda carry: jax.lax.scan(_update, carry, None, updates_per_phase),
-            lambda carry: (carry, (jnp.full(updates_per_phase, nan),) * 3),
-            (learner, rng),
+            (learner, rng), (jnp.full(updates_per_phase, nan),) * 3,
         )
         episodes = done.sum()
         metrics = {

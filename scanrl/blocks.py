@@ -5,6 +5,7 @@
     epsilon_greedy                    epsilon-greedy actions from one random word per step
     permutation                       a random permutation, about 5x faster than jax.random.permutation on XLA:CPU
     sampling_policy                   a distribution's samples as a policy for `envs.evaluate` (--eval --eval-sampled)
+    run_if                            a branch on a counter in the runner that vmapped agents skip together
 
 They know nothing of the harness: a fork may call them, copy them into its script, or replace them.
 """
@@ -114,3 +115,17 @@ def sampling_policy(distribution, key) -> RecurrentPolicy:
         return key, distribution(obs).sample(seed=key_action)
 
     return RecurrentPolicy(lambda num_envs: key, step)
+
+
+def run_if(pred, fn, carry, default):
+    """`fn(carry)` (a new carry and outputs) where `pred`, else `(carry, default)`, as a `lax.while_loop` of at most
+    one pass. Under `jax.vmap` over agents whose `pred` (a counter in each agent's runner) is batched, `lax.cond`
+    becomes a select that runs `fn` for every agent every time; a batched while loop runs its body while any agent's
+    `pred` holds, so agents that agree (all of a run's, unless --sweep varies the counter's threshold) skip it."""
+
+    def body(state):
+        _, carry, _ = state
+        return (jnp.zeros_like(pred), *fn(carry))
+
+    _, carry, out = jax.lax.while_loop(lambda state: state[0], body, (pred, carry, default))
+    return carry, out

@@ -1,4 +1,4 @@
-"""scanrl.blocks: CPU-fast equivalents of JAX primitives, against what they replace."""
+"""scanrl.blocks: the algorithm building blocks, against what they replace or a reference computed another way."""
 
 import jax
 import jax.numpy as jnp
@@ -52,3 +52,20 @@ def test_epsilon_explores_uniformly_over_all_actions():
     np.testing.assert_allclose(action_frequencies([0.0, 0.0, 3.0, 0.0], epsilon=1.0), [1 / 4] * 4, atol=0.01)
     freq = action_frequencies([0.0, 0.0, 3.0, 0.0], epsilon=0.1)
     np.testing.assert_allclose(freq, [0.025, 0.025, 0.925, 0.025], atol=0.006)
+
+
+def test_run_if_skips_fn_unless_an_agent_needs_it():
+    calls = []
+
+    def fn(carry):
+        jax.debug.callback(lambda: calls.append(1))
+        return carry + 1, carry * 10
+
+    run = jax.jit(jax.vmap(lambda pred, carry: blocks.run_if(pred, fn, carry, jnp.int32(-1))))
+    carry, out = run(jnp.array([False, False]), jnp.array([1, 2], jnp.int32))
+    jax.effects_barrier()
+    # No agent's predicate holds: fn never ran (a vmapped lax.cond would have run it, then selected).
+    assert not calls and carry.tolist() == [1, 2] and out.tolist() == [-1, -1]
+    carry, out = run(jnp.array([True, False]), jnp.array([1, 2], jnp.int32))
+    jax.effects_barrier()
+    assert calls and carry.tolist() == [2, 2] and out.tolist() == [10, -1]  # each agent gets its own branch

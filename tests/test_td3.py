@@ -1,4 +1,5 @@
-"""td3.py: the TD3 target, polyak averaging, delayed policy updates, the replay buffer, the CLI, and learning."""
+"""td3.py: the TD3 target, polyak averaging, delayed policy updates, the replay buffer, skipping updates under
+vmap, the CLI, and learning."""
 
 import csv
 import json
@@ -92,9 +93,12 @@ def test_replay_buffer_is_a_ring():
     assert set(np.asarray(half.sample(jax.random.PRNGKey(0), 100).obs[:, 0]).tolist()) == {1.0}
 
 
-# Tiny networks: these tests check bookkeeping, not learning. Each config is one compile.
+
+
+# Tiny networks: these tests check bookkeeping, not learning. Each config is one compile. One env and
+# update_every 1: an iteration (update phase) is one env step.
 TINY = dict(env="Pendulum-v1", num_envs=1, update_every=1, updates_per_step=1.0, hidden_size=32, batch_size=16,
-            policy_delay=3, log_every=1)
+            policy_delay=3)
 
 
 def run_agent(**overrides):
@@ -123,6 +127,8 @@ def test_buffer_keeps_final_observation(untrained):
     np.testing.assert_allclose(np.linalg.norm(data.next_obs[199, :2]), 1.0, rtol=1e-5)  # (cos, sin) of a state
     assert int(np.nansum(metrics["episodes"])) == 2
     assert np.isnan(metrics["loss/critic"]).all() and int(metrics["updates"][-1]) == 0
+    assert int(runner.env_steps) == 400 and set(metrics) == set(td3.METRIC_KEYS)
+    assert all(v.shape == (400,) for v in metrics.values())  # one value per iteration
 
 
 def test_actor_updated_only_every_policy_delay(untrained, three_updates):
@@ -176,13 +182,14 @@ def test_help_lists_flags(run_script):
     assert "critic updates per actor (and target) update" in result.stdout
 
 
-SMALL = dict(total_timesteps=1200, learning_starts=800, log_every=400, hidden_size=32, eval_episodes=2,
+SMALL = dict(total_timesteps=1200, learning_starts=800, log_every=200, hidden_size=32, eval_episodes=2,
              updates_per_step=1.0)
 
 
 def test_small_run_counts_env_steps_and_updates(tmp_path, capsys):
     td3.main(td3.Config(**SMALL, num_seeds=2, num_envs=2, run_name="small", out_dir=str(tmp_path / "runs")))
-    assert "iteration      3  env_steps       1200  updates       402" in capsys.readouterr().out
+    # Two envs: an iteration (update phase) is 2 env steps and 2 updates; a progress line every 200 iterations.
+    assert "iteration    600  env_steps       1200  updates       402" in capsys.readouterr().out
     run_dir, summary = read_run(tmp_path / "runs")
     assert run_dir.name == "small"
     assert json.loads((run_dir / "config.json").read_text())["num_envs"] == 2
@@ -193,9 +200,11 @@ def test_small_run_counts_env_steps_and_updates(tmp_path, capsys):
     assert all(r is not None and r < 0 for r in summary["eval_return"])  # Pendulum's rewards are costs
     with open(run_dir / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
-    assert len(rows) == 2 * 3 and {r["seed"] for r in rows} == {"0", "1"}
+    assert len(rows) == 2 * 600 and {r["seed"] for r in rows} == {"0", "1"}
     assert (run_dir / "learning_curve.png").stat().st_size > 1000
-    assert [row["updates"] for row in rows[::2]] == ["0", "2", "402"]
+    seed_0 = {int(row["iteration"]): row for row in rows if row["seed"] == "0"}
+    assert [seed_0[i]["updates"] for i in (200, 399, 400, 600)] == ["0", "0", "2", "402"]
+    assert seed_0[600]["env_steps"] == "1200"
 
 
 @pytest.mark.parametrize(
@@ -203,7 +212,8 @@ def test_small_run_counts_env_steps_and_updates(tmp_path, capsys):
     [
         (dict(env="CartPole-v1"), "--env CartPole-v1 has discrete actions; TD3 needs a continuous"),
         (dict(num_envs=0), "--num-envs must be a positive integer"),
-        (dict(log_every=100), "--log-every 100 must be a multiple of --num-envs x --update-every = 8"),
+        (dict(total_timesteps=4), "--total-timesteps 4 is smaller than one update phase (--num-envs x "
+                                  "--update-every = 8)"),
         (dict(updates_per_step=0.3), "updates per phase; it must be a whole number"),
         (dict(tau=0.0), "--tau must be positive"),
         (dict(policy_noise=-0.1), "--policy-noise must be 0 or more"),
