@@ -130,6 +130,8 @@ class RunDirectory:
             summary = {"algo": self.name, "env": config.env, "num_seeds": config.num_seeds, "seeds": seeds,
                        "total_timesteps": config.total_timesteps, "env_steps": int(metrics["env_steps"][0, -1]),
                        **extra, "sweep_point": point or None,
+                       # a count a swept field may change (td3's learning_starts): the point's own
+                       **({"updates": int(metrics["updates"][0, -1])} if "updates" in metrics else {}),
                        "final_return": to_json(final), "eval_return": to_json(returns),
                        # over seeds, as rliable reports them: IQM with its 95% stratified-bootstrap interval
                        "eval_return_iqm": aggregate.summarize(returns),
