@@ -38,8 +38,8 @@ CASES = {
     "reinforce": ("reinforce", dict(total_timesteps=4 * 512, num_seeds=2, train_v_iters=5, log_every=1,
                                     eval_episodes=3),
                   dict(env="Pendulum-v1", pi_lr=30.0, total_timesteps=8 * 512, num_chunks=8)),
-    "td3": ("td3", dict(total_timesteps=1024, log_every=256, learning_starts=256, batch_size=64, hidden_size=32,
-                        num_seeds=2, eval_episodes=2),
+    "td3": ("td3", dict(total_timesteps=1024, update_every=32, log_every=1, learning_starts=256, batch_size=64,
+                        hidden_size=32, num_seeds=2, eval_episodes=2),
             dict(learning_rate=1e8, learning_starts=512)),
     "tabular_q": ("dqn_tabular_q", dict(agent="tabular", total_timesteps=4000, num_seeds=2, log_every=1,
                                         eval_episodes=3),
@@ -231,8 +231,8 @@ def test_an_untrained_sampled_policy_plays_like_a_random_one(script):
     config = module.Config(env="CartPole-v1", eval_episodes=200)
     init, _ = module.make_train_parts(config)
     runner = init(jax.random.PRNGKey(0))
-    evaluate = jax.jit(make_evaluate(module.ALGORITHM, config, with_stats=False, sampled=True))
-    returns, _ = evaluate(jax.random.PRNGKey(1), runner)
+    evaluate = jax.jit(make_evaluate(module.ALGORITHM, config, sampled=True))
+    returns = evaluate(jax.random.PRNGKey(1), runner)
     assert 18 < float(returns.mean()) < 27, returns.mean()
 
 
@@ -304,7 +304,7 @@ def test_importing_the_harness_makes_no_backend_so_processes_can_start_first():
             "assert not xla_bridge.backends_are_initialized()\n"
             "assert os.environ.get('XLA_FLAGS') == before\n"
             f"harness.start_processes(['--coordinator-address', 'localhost:{port}', '--num-processes', '1'])\n"
-            "import jax, envs\n"
+            "import jax\nfrom scanrl import envs\n"
             "print(jax.process_count(), jax.distributed.is_initialized())\n")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -362,8 +362,8 @@ def test_help_lists_the_shared_flags_and_what_can_be_swept(run_script):
     assert quick.stdout == result.stdout and quick.stderr.strip() == "jax imported: False"
     full = ("import sys\n"
             f"sys.argv = [{str(ROOT / 'ppo.py')!r}, '--help']\n"
-            "import ppo, harness.run\n"
-            "harness.run.parse_flags(ppo.ALGORITHM)\n")  # the parse after the heavy imports
+            "import ppo\nimport scanrl.harness.run\n"
+            "scanrl.harness.run.parse_flags(ppo.ALGORITHM)\n")  # the parse after the heavy imports
     slow = subprocess.run([sys.executable, "-c", full], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert slow.stdout == result.stdout
     for flag in ("--env", "--seed", "--num-seeds", "--total-timesteps", "--track", "--wandb-project",
@@ -877,11 +877,11 @@ def test_resume_takes_logging_flags_given_at_their_defaults(finished_runs, tmp_p
     run_dir = copy_run(finished_runs, "ppo", tmp_path)
     saved = json.loads((run_dir / "config.json").read_text())
     (run_dir / "config.json").write_text(json.dumps({**saved, "track": True, "wandb_entity": "someone"}))
-    argv = ["--resume", str(run_dir), "--no-track", "--wandb-entity=mine", "--log-every", "20"]
-    assert given_fields(ppo.ALGORITHM, argv) == {"resume", "track", "wandb_entity", "log_every"}
+    argv = ["--resume", str(run_dir), "--no-track", "--wandb-entity=mine", "--eval-episodes", "10"]
+    assert given_fields(ppo.ALGORITHM, argv) == {"resume", "track", "wandb_entity", "eval_episodes"}
     config = ppo.Config(resume=str(run_dir), track=False, wandb_entity="mine")
     resumed = resumed_config(ppo.ALGORITHM, config, given_fields(ppo.ALGORITHM, argv))
-    assert (resumed.track, resumed.wandb_entity, resumed.log_every) == (False, "mine", 20)
+    assert (resumed.track, resumed.wandb_entity, resumed.eval_episodes) == (False, "mine", 10)
     assert resumed_config(ppo.ALGORITHM, config).track  # without the command line: only what differs from defaults
 
 

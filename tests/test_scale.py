@@ -15,7 +15,6 @@ import subprocess
 import sys
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import ROOT
@@ -136,12 +135,12 @@ def test_swept_values_train_as_the_config_would(case, tmp_path):
     module, config = tiny_config(case, tmp_path, num_seeds=1, sweep=(f"{field}={values[0]},{values[1]}",))
     assert getattr(config, field) == values[0] != values[1]
     keys, swept_values, _ = agent_layout(config, sweep_points(module.ALGORITHM, config))
-    iterations = jnp.arange(module.num_iterations(config))
+    iterations = module.num_iterations(config)
     parts = agent_parts(module.ALGORITHM, config)
 
     def train(key, values):
-        _, init, run = parts(values)
-        return run(key, init(key), iterations)
+        _, init, update = parts(values)
+        return jax.lax.scan(lambda runner, _: update(runner), init(key), None, iterations)
 
     _, swept = jax.jit(jax.vmap(train))(keys, swept_values)
     alone_config = dataclasses.replace(config, sweep=(), **{field: values[1]})
@@ -276,7 +275,7 @@ def test_default_devices_are_one_per_core_and_the_most_that_divide_the_agents(ca
     import ppo
 
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    code = "import ppo, jax, harness; print(len(jax.devices()), harness.available_cores())"
+    code = "import ppo, jax; from scanrl import harness; print(len(jax.devices()), harness.available_cores())"
     seen = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     count, cores = map(int, seen.stdout.split())
     assert count == cores >= 1, seen.stderr
