@@ -172,7 +172,8 @@ import os, runpy, signal, sys
 sys.path.insert(0, {root!r})
 sys.argv = ["ppo.py", *{flags!r}]
 import jax.stages
-import scanrl.harness.checkpoints, harness.records
+import scanrl.harness.checkpoints, scanrl.harness.records
+from scanrl import harness
 
 def die():
     os.kill(os.getpid(), signal.SIGKILL)
