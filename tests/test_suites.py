@@ -205,7 +205,8 @@ def test_uninstalled_suites_answer_with_their_install_line(monkeypatch):
     for module, env_id in ((craftax_envs, "Craftax-Classic-Symbolic-v1"), (xminigrid_envs, "MiniGrid-Empty-8x8"),
                            (playground_envs, "playground/CartpoleBalance")):
         monkeypatch.setattr(module, "is_installed", lambda: False)
-        with pytest.raises(ValueError, match=f"not installed: pip install -r requirements-{module.__name__.rsplit('.', 1)[1]}.txt"):
+        suite = module.__name__.rsplit(".", 1)[1]
+        with pytest.raises(ValueError, match=f"not installed: pip install -r requirements-{suite}.txt"):
             envs.make(env_id)
         assert env_id not in envs.list_envs()
 
