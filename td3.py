@@ -296,8 +296,10 @@ def make_train_parts(config: Config):
             learner, critic_loss, q_value = _update_critics(learner, batch, key_noise)
             # Delayed policy updates (Fujimoto et al. 2018, sec. 5.2): the critic's step counts updates from the
             # first one, as the paper's delay counter does.
-            learner, actor_loss = blocks.run_if(learner.critic.step % config.policy_delay == 0,
-                                         lambda learner: _update_actor_and_targets(learner, batch.obs), learner, nan)
+            learner, actor_loss = blocks.run_if(
+                learner.critic.step % config.policy_delay == 0,
+                lambda learner: _update_actor_and_targets(learner, batch.obs), learner, nan,
+            )
             return (learner, rng), (critic_loss, actor_loss, q_value)
 
         runner, (done, episode_return, episode_length) = jax.lax.scan(_env_step, runner, None, config.update_every)
