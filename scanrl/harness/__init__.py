@@ -1,7 +1,8 @@
 """The harness of scanrl: everything around an algorithm, written once.
 
-A script holds one algorithm (its `Config`, networks, `make_train_parts`, deterministic policy and the checks that
-belong to it) and hands it over as an `Algorithm` to `harness.main`, which does the rest:
+A script holds one algorithm (its `Config`, networks, `make_train_parts(config) -> (init, update)`, deterministic
+policy and the checks that belong to it) and hands it over as an `Algorithm` to `harness.main`, which does the rest.
+A script meets six names of it: `prepare_jax`, `Flags`, `require`, `ConfigError`, `Algorithm`, `main`.
 
     algorithm.py    `Algorithm`: what the harness knows of an algorithm
     flags.py        `Flags` (the flags every script shares), `ConfigError`, checks, --resume's config
@@ -9,17 +10,18 @@ belong to it) and hands it over as an `Algorithm` to `harness.main`, which does 
     records.py      the run directory: config.json, metrics.csv, progress lines, learning_curve.png, summary.json
     tracking.py     wandb
     checkpoints.py  orbax checkpoints of every agent's whole state
-    stops.py        Ctrl-C / SIGTERM and non-finite values: a run stops where a chunk ends
+    stops.py        Ctrl-C / SIGTERM and non-finite values: a run stops where a piece of the scan ends
     evaluation.py   the deterministic policies' returns, after training and for --eval / --gif
-    run.py          `main`: checks, then training in chunks, resume, evaluation and the summaries
+    run.py          `main`: checks, then the scan of `update` in pieces and chunks, resume, evaluation, summaries
+    contract.py     `python -m scanrl.harness.contract SCRIPT`: the checks a fork must pass
     compile_cache.py  JAX's persistent compilation cache, on by default
     aggregate.py    IQM, stratified-bootstrap intervals and performance profiles over seeds and envs
 
     jax_private.py  the two private JAX APIs used (the compile cache's store, the coordination service), isolated
 
 Importing the harness makes no JAX backend and changes no environment variable. A script calls
-`harness.prepare_jax(__name__)` before `import envs` (gymnax makes a backend on import): XLA_FLAGS are read when the
-backend is made, and a multi-process run must start `jax.distributed` before one exists.
+`harness.prepare_jax(__name__)` before `from scanrl import envs` (gymnax makes a backend on import): XLA_FLAGS are
+read when the backend is made, and a multi-process run must start `jax.distributed` before one exists.
 """
 
 import ast
