@@ -174,3 +174,22 @@ def test_resuming_a_run_after_the_fork_changed_its_state_exits_2(tmp_path, capsy
     edited = contract.load_script(path)
     code, err = exit_code_and_error(capsys, edited.main, edited.Config(resume=str(tmp_path / "runs" / "run")))
     assert code == 2 and len(err) == 1 and "holds an agent state of another structure than this version" in err[0]
+
+
+@pytest.mark.parametrize("metric, message", [
+    ("kl2", "its iterations report kl2 metric(s) missing from its METRIC_KEYS"),
+    ("env_steps", "its metrics hold env_steps or nonfinite, which the harness adds itself"),
+])
+def test_a_forks_metric_outside_metric_keys_is_one_line_and_leaves_nothing(metric, message, tmp_path, capsys):
+    """A fork's new metric left out of METRIC_KEYS would be computed and never written, and one named as the
+    harness's own would be overwritten: each is one line, exit 2, and no run directory is left."""
+    source = (ROOT / "ppo.py").read_text()
+    line = '            "episodes": episodes,\n'
+    assert line in source
+    path = tmp_path / f"ppo_{metric}.py"
+    path.write_text(source.replace(line, line + f'            "{metric}": episodes,\n'))
+    fork = contract.load_script(path)
+    _, tiny, _ = CASES["ppo"]
+    code, err = exit_code_and_error(capsys, fork.main, fork.Config(**{**tiny, "out_dir": str(tmp_path / "runs")}))
+    assert code == 2 and len(err) == 1 and message in err[0], err
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

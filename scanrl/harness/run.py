@@ -250,14 +250,14 @@ def compile_training(job, run_dir) -> tuple:
     refused before anything is allocated (the run directory given up)."""
     start = time.perf_counter()
     scalar = jax.ShapeDtypeStruct((), jnp.int32)
-    compiled = job.segment.lower(job.abstract_runner, scalar, job.swept).compile()
-    keys = jax.ShapeDtypeStruct(job.keys.shape, job.keys.dtype, sharding=job.sharding)
-    evaluation = job.evaluate.lower(keys, job.abstract_runner, job.swept).compile()
-    compile_s = time.perf_counter() - start
     state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(job.abstract_runner))
     metric_keys = job.algorithm.metric_keys_of(job.config)
     agents = local_agents(job.sharding, len(job.keys))
-    try:
+    try:  # a ConfigError while tracing (a metric the harness adds itself) or after: nothing is left behind
+        compiled = job.segment.lower(job.abstract_runner, scalar, job.swept).compile()
+        keys = jax.ShapeDtypeStruct(job.keys.shape, job.keys.dtype, sharding=job.sharding)
+        evaluation = job.evaluate.lower(keys, job.abstract_runner, job.swept).compile()
+        compile_s = time.perf_counter() - start
         check_metric_keys(job.algorithm, metric_keys, compiled.out_info[1])
         check_memory(job.config, job.algorithm, [compiled], state_bytes * len(agents) // len(job.keys),
                      len(job.keys) * job.num_iterations * len(metric_keys) * 4, evaluation)
