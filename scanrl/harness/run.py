@@ -3,7 +3,6 @@ evaluated), every agent in one compiled program split over the devices."""
 
 import contextlib
 import dataclasses
-import functools
 import io
 import itertools
 import os
@@ -154,10 +153,11 @@ def on_agents(runner, sharding):
     return jax.tree.map(lambda x: x if x.sharding == sharding else jax.device_put(x, sharding), runner)
 
 
-def run_pieces(compiled, job, runner, start, end, progress, stop=None, due=lambda: False):
+def run_pieces(compiled, job, runner, start, end, progress, stop=None, deadline=float("inf")):
     """Pieces of the compiled scan from iteration `start` until a chunk ends: at iteration `end`, or after a piece
-    once `due()` or a stop request (`stop`) says so, on any process. While one piece runs, the host prints the last
-    one's progress lines. -> (runner, every agent's metrics of the iterations run, as numpy, the iteration reached)."""
+    once the clock passes `deadline` (time.perf_counter) or a stop request (`stop`) came, on any process. While one
+    piece runs, the host prints the last one's progress lines. -> (runner, every agent's metrics of the iterations
+    run, as numpy, the iteration reached)."""
     pieces = []
     while start < end:
         runner, rows = compiled(on_agents(runner, job.sharding), np.int32(start), job.swept)  # not awaited
@@ -165,7 +165,8 @@ def run_pieces(compiled, job, runner, start, end, progress, stop=None, due=lambd
             progress.show(pieces[-1][0], job.length, pieces[-1][1])
         pieces.append((start, rows))
         start += job.length
-        if start < end and any_process(int(due() or (stop is not None and bool(stop.signal)))):
+        due = time.perf_counter() > deadline or (stop is not None and bool(stop.signal))
+        if start < end and any_process(int(due)):
             break
     if progress is not None:
         progress.show(pieces[-1][0], job.length, pieces[-1][1])
@@ -311,11 +312,10 @@ def train_chunks(job, compiled, runner, history, done, checkpoints, run_dir, pro
     while done < job.num_iterations:
         end = job.num_iterations if job.ends is None else next(e for e in job.ends if e > done)
         deadline = time.perf_counter() + CHECKPOINT_S if job.ends is None else float("inf")
-        due = functools.partial(lambda deadline: time.perf_counter() > deadline, deadline)
         profiled = config.profile and done == first and job.lead
         with jax.profiler.trace(profile_dir, create_perfetto_trace=True) if profiled else contextlib.nullcontext():
             runner, metrics, reached = run_pieces(compiled, job, runner, done, end, progress if job.lead else None,
-                                                  stop, due)
+                                                  stop, deadline)
         if job.lead:
             run_dir.append_metrics(done, metrics)
         if metrics["nonfinite"].any():
