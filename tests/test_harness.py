@@ -667,10 +667,10 @@ def test_resume_holds_config_json_to_the_config_its_checkpoint_was_trained_with(
 
 
 @pytest.mark.parametrize("field, value", [("num_seeds", 1.5), ("num_seeds", "two"), ("learning_rate", None),
-                                          ("env", "NoSuchEnv-v0")])
+                                          ("env", "NoSuchEnv-v0"), ("num_seeds", 3), ("hidden_size", 32)])
 def test_a_foreign_or_damaged_config_json_is_one_error_line(field, value, finished_runs, tmp_path, capsys):
-    """--eval and --resume of a run whose config.json holds values of the wrong type or an unknown env: one line
-    naming config.json and the field, exit 2 (they were tracebacks)."""
+    """--eval and --resume of a run whose config.json holds values of the wrong type, an unknown env, or sizes other
+    than its checkpoint was trained with: one line naming config.json and the field, exit 2 (they were tracebacks)."""
     import ppo
 
     run_dir = copy_run(finished_runs, "ppo", tmp_path)

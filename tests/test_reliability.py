@@ -19,7 +19,18 @@ HOLD_LOCK = ("import sys, time; sys.path.insert(0, sys.argv[2]); from scanrl.har
 
 def test_a_run_directory_has_one_owner_and_a_dead_one_holds_it_no_more(tmp_path):
     """A second owner (another process, or this one) is refused naming the first's pid; the lock of a process
-    killed with -9 is gone with it; a released lock leaves no file behind."""
+    killed with -9 is gone with it; a released lock leaves no file behind. Only a run directory is locked: in any
+    other, its .lock is left alone; a FIFO planted at the name is refused, never waited on."""
+    (tmp_path / LOCK_NAME).write_text("not ours")
+    with pytest.raises(ConfigError, match=r"^--resume: .* is not a run directory \(it has no config.json\)$"):
+        RunLock(str(tmp_path), "--resume")
+    assert (tmp_path / LOCK_NAME).read_text() == "not ours"
+    (tmp_path / LOCK_NAME).unlink()
+    (tmp_path / "config.json").write_text("{}")
+    os.mkfifo(tmp_path / LOCK_NAME)
+    with pytest.raises(ConfigError, match=r"cannot lock .* \(not a regular file\)"):
+        RunLock(str(tmp_path), "--resume")
+    (tmp_path / LOCK_NAME).unlink()
     holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(tmp_path), str(ROOT)], stdout=subprocess.PIPE,
                               text=True)
     try:
@@ -41,9 +52,11 @@ def test_a_run_directory_has_one_owner_and_a_dead_one_holds_it_no_more(tmp_path)
 def test_the_harness_writes_no_file_through_a_planted_link(tmp_path):
     """Links planted at the names the run directory's writers use (the files themselves and the temporaries they
     used to write) point outside it: every writer replaces the link, never the file it points to, and an append
-    to a metrics.csv turned into a link is refused."""
+    to a metrics.csv turned into a link is refused; a folder replaced by a link is never written or moved into."""
     import numpy as np
 
+    from scanrl.envs.gridworld import GridWorld, write_q_values
+    from scanrl.harness.files import folder
     from scanrl.harness.records import MetricsCsv, plot_learning_curve, write_json
 
     victim = tmp_path / "victim"
@@ -69,6 +82,24 @@ def test_the_harness_writes_no_file_through_a_planted_link(tmp_path):
     with pytest.raises(OSError):
         csv_file.append(2, metrics)
     assert victim.read_text() == "precious"
+    # Folders replaced by links to a folder outside: a sweep point's (metrics.csv, summary.json, plots, GridWorld's
+    # q_values.png) and damaged_checkpoints/ (where a damaged checkpoint is moved): nothing goes through them.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for name in ("lr=0.1", "damaged_checkpoints"):
+        (run_dir / name).symlink_to(outside, target_is_directory=True)
+        with pytest.raises(OSError, match="a link"):
+            folder(str(run_dir / name))
+    point = run_dir / "lr=0.1"
+    with pytest.raises(OSError, match="a link"):
+        MetricsCsv(str(point / "metrics.csv"), list(metrics), [0], metrics, make_dir=True)
+    for write in (lambda: write_json(str(point / "summary.json"), {}),
+                  lambda: plot_learning_curve(str(point / "learning_curve.png"), metrics, "title"),
+                  lambda: write_q_values(str(point), GridWorld(), {"q_table": np.zeros((1, 96, 4)),
+                                                                   "greedy_path_length": [-1]}, "title")):
+        with pytest.raises(OSError, match="a link"):
+            write()
+    assert not any(outside.iterdir())
 
 
 def test_summary_json_is_valid_json_with_nan_as_null(tmp_path):
@@ -161,6 +192,29 @@ def test_the_compile_cache_runs_only_entries_it_wrote_and_opens_only_regular_fil
     assert len(notes) == 1 and notes[0].startswith("note: compile cache: dropped "), notes
     cache.put("jit_f-1", b"compiled again")
     assert cache.get("jit_f-1") == b"compiled again"
+
+
+def test_the_compile_cache_is_used_only_in_a_folder_no_one_else_can_write(tmp_path, capsys, monkeypatch):
+    """The digest finds damage, not forgery: anyone who can write the folder can compute it. So, as ssh does with
+    its keys, a cache folder others can write is refused (one note, the run goes on without it), and one scanrl
+    makes is this user's alone whatever the umask."""
+    from scanrl.harness import compile_cache
+
+    monkeypatch.setattr(compile_cache, "install_cache_store", lambda store: None)
+    monkeypatch.setattr(compile_cache.jax.config, "update", lambda *args: None)
+    old = os.umask(0o002)
+    try:
+        made = compile_cache.start(str(tmp_path / "mine"))
+    finally:
+        os.umask(old)
+    assert made is not None and (os.stat(made).st_mode & 0o777) == 0o700 == (os.stat(os.path.dirname(made)).st_mode
+                                                                               & 0o777)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    assert compile_cache.start(str(shared)) is None
+    (note,) = capsys.readouterr().err.strip().splitlines()
+    assert note.startswith("note: compile cache off: ") and "is writable by others (mode drwxrwxrwx)" in note, note
 
 
 def test_a_sweep_says_which_flags_its_values_override():

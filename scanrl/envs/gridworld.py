@@ -18,6 +18,8 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
+from scanrl.harness.files import save_figure
+
 # right, down, left, up as (row, col) offsets
 MOVES = ((0, 1), (1, 0), (0, -1), (-1, 0))
 ACTION_NAMES = ("right", "down", "left", "up")
@@ -156,9 +158,7 @@ def plot_q_values(path, env: GridWorld, q_tables, title):
     ax.set_xticks(range(env.cols))
     ax.set_yticks(range(env.rows))
     ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)  # as the harness writes its files: never through a link planted at the name
 
 
 def write_q_values(point_dir, env: GridWorld, stats, title):

@@ -14,6 +14,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from scanrl.harness.files import folder
 from scanrl.harness.flags import ConfigError
 
 # What orbax says when the state it is asked to restore has other keys or leaves than the checkpoint: the script's
@@ -42,7 +43,7 @@ class Checkpoints:
         """Waits for the save in flight (its failure raises as OSError, unless the run is already stopping) and
         closes the manager, so no orbax thread outlives it."""
         try:
-            self._wait()
+            self.wait()
         except OSError:
             if exc_type is None:
                 raise
@@ -68,7 +69,8 @@ class Checkpoints:
         except (OSError, ValueError, RuntimeError) as error:
             raise self._write_error(error) from None
 
-    def _wait(self):
+    def wait(self):
+        """Waits until the save in flight is committed; OSError if it failed."""
         try:
             self.manager.wait_until_finished()
         except (OSError, ValueError, RuntimeError) as error:
@@ -95,6 +97,7 @@ class Checkpoints:
                 if meta["algo"] != name or meta["env"] != config.env:
                     raise ConfigError(f"{which}: checkpoint {where} is of {meta['algo']} on {meta['env']}, but the run "
                                       f"is {name} on {config.env}; it does not belong to this run directory")
+                check_shapes(which, where, abstract_runner)
                 items = {"runner": ocp.args.StandardRestore(without_empty(abstract_runner))}
                 if with_history:
                     items["history"] = ocp.args.StandardRestore()
@@ -124,8 +127,7 @@ class Checkpoints:
 
     def _move_aside(self, steps):
         """Moves damaged checkpoints out of the manager's way (a later save writes those steps anew)."""
-        aside = os.path.join(self.run_dir, "damaged_checkpoints")
-        os.makedirs(aside, exist_ok=True)
+        aside = folder(os.path.join(self.run_dir, "damaged_checkpoints"))  # never a link planted at its name
         for step in steps:
             target = os.path.join(aside, str(step))
             for n in itertools.count(1):  # an earlier damaged copy of that step stays
@@ -134,6 +136,29 @@ class Checkpoints:
                 target = os.path.join(aside, f"{step}.{n}")
             os.replace(os.path.join(self.run_dir, "checkpoints", str(step)), target)
         self.manager.reload()
+
+
+def check_shapes(which, where, abstract_runner):
+    """ConfigError naming the first array whose shape or dtype in checkpoint `where` differs from the agent state
+    this version of the script makes (a fork widened a layer, or config.json's sizes were edited): compared before
+    restoring, so an intact checkpoint is never called damaged. A checkpoint whose arrays cannot be listed is left
+    to the restore (which finds it damaged)."""
+    try:
+        with ocp.StandardCheckpointer() as checkpointer:
+            stored = checkpointer.metadata(os.path.join(where, "runner")).item_metadata.tree
+        stored = ocp.tree.to_flat_dict(stored, sep=".")
+    except Exception:  # noqa: BLE001 - a damaged checkpoint: the restore reports it
+        return
+    wanted = {k: v for k, v in ocp.tree.to_flat_dict(without_empty(abstract_runner), sep=".").items()
+              if v is not None}
+    for name, array in wanted.items():
+        held = stored.get(name)
+        if held is not None and (tuple(held.shape), np.dtype(held.dtype)) != (tuple(array.shape),
+                                                                              np.dtype(array.dtype)):
+            raise ConfigError(f"{which}: checkpoint {where} holds {name} of shape {tuple(held.shape)} "
+                              f"({np.dtype(held.dtype)}), but this version of the script and the run's config make it "
+                              f"{tuple(array.shape)} ({np.dtype(array.dtype)}): the script or config.json changed "
+                              "since the run was written; use the version and config that wrote it, or start a new run")
 
 
 def without_empty(tree):

@@ -9,7 +9,9 @@ mid-write (or a full disk) leaves a truncated entry that every later run fails t
 one writes a temporary file and renames it, and keeps the directory under `MAX_BYTES` (least recently used go).
 Entries are tied to the program that wrote them (`FORMAT`, jax and jaxlib) and checked against a digest when read:
 anything else at an entry's name (another program's entry, a damaged one, a FIFO or a link) is dropped and compiled
-again, with one note.
+again, with one note. The digest finds damage, not forgery (anyone can compute it): what keeps out a program someone
+else planted is that, as ssh does with its keys, the cache is used only in folders this user owns and no one else
+can write (group and others without write permission), and only entries this user owns are read.
 """
 
 import hashlib
@@ -84,8 +86,11 @@ class FileCache(CacheInterface):
         except OSError as error:  # a link (ELOOP), or unreadable
             return self._drop(entry, error.strerror or str(error))
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            status = os.fstat(fd)
+            if not stat.S_ISREG(status.st_mode):
                 return self._drop(entry, "not a regular file")
+            if status.st_uid != os.getuid():
+                return self._drop(entry, "written by another user")
             with os.fdopen(fd, "rb", closefd=False) as f:
                 stored = f.read()
             os.utime(fd)  # its last use, for the eviction below
@@ -141,9 +146,17 @@ def start(flag: str | None) -> str | None:
         return None
     path = os.path.join(os.path.abspath(os.path.expanduser(root)), machine_tag())
     try:
-        os.makedirs(path, exist_ok=True)
+        for folder in (os.path.dirname(path), path):  # made for this user alone, whatever the umask
+            os.makedirs(folder, mode=0o700, exist_ok=True)
         if not os.access(path, os.W_OK | os.X_OK):
             raise PermissionError("not writable")
+        for where in (os.path.dirname(path), path):  # who else could plant a program here
+            status = os.stat(where)
+            if status.st_uid != os.getuid() or status.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                whose = "writable by others" if status.st_uid == os.getuid() else "not yours"
+                raise PermissionError(f"{where} is {whose} (mode {stat.filemode(status.st_mode)}), so a program "
+                                      "planted in it would run; use a folder of your own that only you can write "
+                                      "(chmod go-w)")
     except OSError as error:
         print(f"note: compile cache off: cannot use {path} ({error.strerror or error}); set --compile-cache to "
               "another directory, or off", file=sys.stderr)

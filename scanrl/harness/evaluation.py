@@ -3,13 +3,22 @@
 with, sampling their actions); --gif draws one of them."""
 
 import dataclasses
+import json
 import os
 
 import jax
 import numpy as np
 
-from scanrl.harness.checkpoints import Checkpoints
-from scanrl.harness.flags import ConfigError, check_flags, check_paths, read_run_config
+from scanrl.harness.checkpoints import Checkpoints, trained_config
+from scanrl.harness.flags import (
+    LOGGING_FLAGS,
+    ConfigError,
+    check_flags,
+    check_paths,
+    flag,
+    read_run_config,
+    shown,
+)
 from scanrl.harness.scale import (
     abstract_agents,
     agent_layout,
@@ -52,6 +61,23 @@ def eval_policy(algorithm, config, runner, key, sampled):
     return algorithm.sampled_policy(config, runner, jax.random.fold_in(key, EVALUATION_FOLD))
 
 
+def check_trained_config(algorithm, run_dir, saved):
+    """--eval: ConfigError naming the first field (one that shapes the results) where config.json disagrees with the
+    config the newest checkpoint was trained with: an edited num_seeds or layer width would restore the wrong agents
+    (or none) into the program."""
+    trained = trained_config(run_dir)
+    if trained is None:
+        return
+    where, held = trained
+    as_saved, held = (json.loads(json.dumps(c)) for c in (saved, held))
+    for field in dataclasses.fields(algorithm.config):
+        k = field.name
+        if k not in LOGGING_FLAGS and k in held and k in as_saved and as_saved[k] != held[k]:
+            raise ConfigError(f"--eval: {os.path.join(run_dir, 'config.json')} says {flag(k)} {shown(as_saved[k])}, "
+                              f"but its newest checkpoint ({where}) was trained with {flag(k)} {shown(held[k])}; put "
+                              "that value back in config.json")
+
+
 def evaluate_run(algorithm, config):
     """--eval: the deterministic policies of a saved run, on the same episodes as its summary's eval_return (unless
     --eval-episodes changes their number; --eval-sampled: the policies training acts with, on the same episodes);
@@ -63,6 +89,7 @@ def evaluate_run(algorithm, config):
         raise ConfigError(f"--eval-sampled: {algorithm.name}'s policy is deterministic (its evaluation acts as it "
                           "does); drop --eval-sampled")
     saved = read_run_config(algorithm, config.eval, "--eval", config.env)
+    check_trained_config(algorithm, config.eval, saved)
     episodes = saved["eval_episodes"] if config.eval_episodes == algorithm.config().eval_episodes else \
         config.eval_episodes
     if not episodes > 0:

@@ -1,12 +1,14 @@
-"""Files the harness writes, written safely: each through a temporary that is created exclusively in the target's
-folder (never through a link planted at its name) and renamed over the target once whole; appends never follow a
-link. And a run directory's owner: one process at a time trains in it (`RunLock`). No JAX here."""
+"""Files the harness writes, written one way: each through a temporary that is created exclusively in the target's
+folder (never through a link planted at its name) and renamed over the target once whole, in a folder that is not a
+link (`folder` makes or checks one); appends never follow a link. And a run directory's owner: one process at a time
+trains in it (`RunLock`). No JAX here."""
 
 import contextlib
 import errno
 import fcntl
 import os
 import secrets
+import stat
 
 from scanrl.harness.flags import ConfigError
 
@@ -19,8 +21,11 @@ def replaced(path, mode="w", **kwargs):
     (O_EXCL under a random name: a link or file planted at any name is never opened), renamed over `path` when the
     block ends without error (rename replaces a link at `path` itself, never what it points to). A kill or a full
     disk leaves the old file or the new one; the temporary is removed on error. The file's mode follows the umask,
-    as open()'s does."""
+    as open()'s does. OSError (ELOOP) if `path`'s folder is a link: a folder replaced by a link is never written
+    through."""
     folder, name = os.path.split(os.path.abspath(path))
+    if os.path.islink(folder):
+        raise OSError(errno.ELOOP, "a link, not a folder of the run (it is never written through)", folder)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     for _ in range(100):
         temporary = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.tmp")
@@ -41,6 +46,31 @@ def replaced(path, mode="w", **kwargs):
         raise
 
 
+def folder(path):
+    """`path` as a folder to write in: made if absent (its parent must exist); OSError (ELOOP, ENOTDIR) if it is a
+    link or not a folder, so nothing is written or moved through a link planted at a folder's name."""
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        mode = os.lstat(path).st_mode
+        if stat.S_ISLNK(mode):
+            raise OSError(errno.ELOOP, "a link, not a folder of the run (it is never written through)", path) from None
+        if not stat.S_ISDIR(mode):
+            raise NotADirectoryError(errno.ENOTDIR, "not a folder", path) from None
+    return path
+
+
+def save_figure(fig, path):
+    """A matplotlib figure as a PNG at `path`, written as `replaced` writes, and closed. -> path."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    with replaced(path, "wb") as f:
+        fig.savefig(f, dpi=100, format="png")
+    plt.close(fig)
+    return path
+
+
 def open_append(path, **kwargs):
     """`path` opened for appending, refused (OSError ELOOP) if it is a link, and never created."""
     return os.fdopen(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC), "a", **kwargs)
@@ -54,12 +84,21 @@ class RunLock:
 
     def __init__(self, run_dir, which):
         self.path = os.path.join(run_dir, LOCK_NAME)
+        try:  # only a run directory is locked (its config.json is written first): nothing is left in any other
+            is_run = stat.S_ISREG(os.lstat(os.path.join(run_dir, "config.json")).st_mode)
+        except OSError:
+            is_run = False
+        if not is_run:
+            raise ConfigError(f"{which}: {run_dir} is not a run directory (it has no config.json)")
         while True:
-            try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            try:  # O_NONBLOCK: a FIFO planted at the name is never waited on
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    os.close(fd)
+                    raise OSError(errno.EINVAL, "not a regular file")
             except OSError as error:
                 raise ConfigError(f"{which}: cannot lock {self.path} ({error.strerror}); is {run_dir} a run "
-                                  "directory you can write in?") from None
+                                  "directory you can write in? (remove a .lock that is not a file)") from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

@@ -12,7 +12,7 @@ import time
 import numpy as np
 
 from scanrl.harness import aggregate
-from scanrl.harness.files import RunLock, open_append, replaced
+from scanrl.harness.files import RunLock, folder, open_append, replaced, save_figure
 from scanrl.harness.flags import ConfigError
 from scanrl.harness.scale import broadcast, point_label, point_rows
 from scanrl.harness.tracking import finish_wandb, safe_wandb, start_wandb
@@ -35,7 +35,7 @@ class RunDirectory:
     def __init__(self, algorithm, config, points, lead):
         self.name, self.config, self.points, self.lead = algorithm.name, config, points, lead
         if config.resume is not None:
-            self.path = config.resume
+            self.path = os.path.realpath(config.resume)  # reached through a link, as it is: its files' folder is none
             self.run_name = os.path.basename(os.path.normpath(self.path))
         else:
             # Brax ids hold a '/' (and maybe a ':'); neither belongs in a directory name. The random suffix keeps
@@ -237,8 +237,8 @@ class MetricsCsv:
         """A new file with its header, and with the rows of `history` {key: (agents, iterations)} when resuming;
         written to a temporary name and renamed, so a kill leaves the old file or the new one."""
         self.path, self.keys, self.seeds = path, keys, seeds
-        if make_dir:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+        if make_dir:  # a sweep point's folder (a link planted at its name is refused)
+            folder(os.path.dirname(path))
         with replaced(path, newline="") as f:
             csv.writer(f).writerow(["seed", "iteration", *keys])
             if history is not None:
@@ -394,14 +394,6 @@ def _pyplot():
     return plt
 
 
-def _save(fig, path):
-    fig.tight_layout()
-    with replaced(path, "wb") as f:  # renamed once whole, as write_json does
-        fig.savefig(f, dpi=100, format="png")
-    _pyplot().close(fig)
-    return path
-
-
 def _plot_carried(ax, steps, carried, label, num_agents, color=None, full=True):
     """The mean over agents of their carried-forward curves, the 95% interval of that mean and (`full`) the
     min-max range; each agent's own curve too where there are few. -> the mean's line."""
@@ -462,7 +454,7 @@ def plot_learning_curve(path, metrics, title, ylim=None):
         _plot_carried(axes[1, 0], steps, lengths, "", len(metrics["episode_return"]))
         axes[1, 0].set_ylabel("episode length")
     axes[-1, 0].set_xlabel(f"env steps per agent ({CARRIED_NOTE})", fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_sweep(path, steps, curves, labels, title, num_seeds):
@@ -484,4 +476,4 @@ def plot_sweep(path, steps, curves, labels, title, num_seeds):
     ax.set_ylabel("episode return")
     ax.set_title(title)
     ax.legend(loc="best", fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)

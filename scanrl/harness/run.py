@@ -6,6 +6,7 @@ import dataclasses
 import io
 import itertools
 import os
+import shlex
 import signal
 import sys
 import time
@@ -304,35 +305,55 @@ def start_or_resume(job, checkpoints, run_dir) -> tuple:
 
 
 def train_chunks(job, compiled, runner, history, done, checkpoints, run_dir, progress, stop):
-    """The chunks after iteration `done`: after each, its rows appended to metrics.csv, a non-finite check, a
-    checkpoint, and a stop if a signal came. -> (runner, every iteration's metrics)."""
+    """The chunks after iteration `done`: after each, a non-finite check, a checkpoint, and a stop if a signal came.
+    A chunk's rows go to metrics.csv once its checkpoint is committed (at the next chunk's end, or the run's), so the
+    rows on disk never run ahead of a checkpoint: a kill at any moment leaves a run --resume goes on from, and a
+    resumed run rebuilds metrics.csv from its checkpoint. -> (runner, every iteration's metrics)."""
     config, algorithm = job.config, job.algorithm
     profile_dir = os.path.join(run_dir.path, "profile")
+    pending = None  # (first iteration, rows) of the chunk whose checkpoint is being written
+
+    def write_pending():
+        """The rows of the chunk before, once its checkpoint is committed (it was written while this chunk ran)."""
+        nonlocal pending
+        with peers_within_timeout("a chunk's checkpoint"):
+            checkpoints.wait()
+        if pending is not None and job.lead:
+            run_dir.append_metrics(*pending)
+        pending = None
+
     first = done
     while done < job.num_iterations:
         end = job.num_iterations if job.ends is None else next(e for e in job.ends if e > done)
         deadline = time.perf_counter() + CHECKPOINT_S if job.ends is None else float("inf")
         profiled = config.profile and done == first and job.lead
+        if profiled:  # one piece, as a chunk of its own: a trace of more outgrows memory
+            end = done + job.length
         with jax.profiler.trace(profile_dir, create_perfetto_trace=True) if profiled else contextlib.nullcontext():
             runner, metrics, reached = run_pieces(compiled, job, runner, done, end, progress if job.lead else None,
                                                   stop, deadline)
-        if job.lead:
-            run_dir.append_metrics(done, metrics)
-        if metrics["nonfinite"].any():
+        write_pending()
+        diverged = bool(metrics["nonfinite"].any())
+        if diverged:
+            if job.lead:  # the diverged rows, to see where; --resume would go on from the last checkpoint
+                run_dir.append_metrics(done, metrics)
             check_divergence(job, history, metrics, done)
         history = metrics if history is None else jax.tree.map(
             lambda a, b: np.concatenate([a, b], axis=1), history, metrics)
         with peers_within_timeout("a chunk's checkpoint"):  # orbax syncs the processes
             checkpoints.save(reached, runner, history, algorithm.name, config)
+        pending = None if diverged else (done, metrics)
         done = reached
         signum = any_process(stop.signal or 0)  # a signal to any process stops them all
         if signum and done < job.num_iterations:
+            write_pending()
             raise RunStopped(f"{signal.Signals(signum).name}: stopped after iteration {done} of {job.num_iterations}, "
                              f"metrics and checkpoint written; continue with: python {algorithm.script} --resume "
-                             f"{run_dir.path}", 128 + signum)
+                             f"{shlex.quote(run_dir.path)}", 128 + signum)
+    write_pending()
     if config.profile and job.lead:
-        print(f"profiler trace in {profile_dir}: open its *.trace.json.gz at https://ui.perfetto.dev "
-              "(the trace adds overhead to train_s)")
+        print(f"profiler trace of iterations {first + 1} to {first + job.length} in {profile_dir}: open its "
+              "*.trace.json.gz at https://ui.perfetto.dev")
     return runner, history
 
 
@@ -396,7 +417,7 @@ def train(algorithm, config, points):
                 raise RunStopped(f"{signal.Signals(signum).name}: stopped while compiling, before any training: "
                                  f"nothing was trained{' further' if config.resume else ''}; "
                                  f"{'continue' if config.resume else 'start it'} with: python {algorithm.script} "
-                                 f"--resume {run_dir.path}", 128 + signum)
+                                 f"--resume {shlex.quote(run_dir.path)}", 128 + signum)
             run_dir.start_wandb()
             progress.wandb_runs = run_dir.wandb_runs
             try:

@@ -1,5 +1,6 @@
 """Stopping a run where a chunk ends: on Ctrl-C or SIGTERM, and when training produced a NaN or an infinity."""
 
+import shlex
 import signal
 import sys
 
@@ -41,7 +42,7 @@ def write_failed(error: OSError, script, run_dir):
     where = f" {error.filename}" if error.filename else ""
     return RunStopped(f"error: cannot write{where}: {error.strerror or error}; training stopped, the checkpoints "
                       f"written so far are kept; make room (or fix permissions), then continue with: python {script} "
-                      f"--resume {run_dir}", 1, abandon=True)
+                      f"--resume {shlex.quote(run_dir)}", 1, abandon=True)
 
 
 def nonfinite_stop(names, first, flags, last_good, hint):
