@@ -160,20 +160,31 @@ def test_every_script_trains_from_make_train_with_plain_defaults():
                 jax.eval_shape(module.make_train(config), jax.random.PRNGKey(0))
 
 
-def test_resuming_a_run_after_the_fork_changed_its_state_exits_2(tmp_path, capsys):
-    """A fork edited between a run and its --resume (here its optimizer gains a transform, so its state another
-    structure) is told so in one line, not that its checkpoints are damaged."""
+@pytest.mark.parametrize("edit, message", [
+    (("optax.clip_by_global_norm(config.max_grad_norm), optax.adam",
+      "optax.clip_by_global_norm(config.max_grad_norm), optax.add_decayed_weights(0.0), optax.adam"),
+     "holds an agent state of another structure than this version"),
+    (("x = act(nn.Dense(self.hidden_size, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(obs))",
+      "x = act(nn.Dense(2 * self.hidden_size, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(obs))"),
+     "holds train_state.params.actor.params.Dense_0.bias of shape (2, 64) (float32), but this version of the "
+     "script and the run's config make it (2, 128) (float32)"),
+])
+def test_resuming_a_run_after_the_fork_changed_its_state_exits_2(edit, message, tmp_path, capsys):
+    """A fork edited between a run and its --resume or --eval (its optimizer gains a transform: its state another
+    structure; a layer widened: arrays of other shapes) is told so in one line, compared before anything is
+    restored, not that its intact checkpoints are damaged."""
     path = write_fork(tmp_path, "ppo_edit", "edit_coef", use=True)
     fork = contract.load_script(path)
     _, tiny, _ = CASES["ppo"]
     fork.main(fork.Config(**{**tiny, "num_chunks": 2, "out_dir": str(tmp_path / "runs"), "run_name": "run"}))
     (tmp_path / "runs" / "run" / "summary.json").unlink()
-    path.write_text(path.read_text().replace(
-        "optax.clip_by_global_norm(config.max_grad_norm), optax.adam",
-        "optax.clip_by_global_norm(config.max_grad_norm), optax.add_decayed_weights(0.0), optax.adam"))
+    assert edit[0] in path.read_text()
+    path.write_text(path.read_text().replace(*edit))
     edited = contract.load_script(path)
-    code, err = exit_code_and_error(capsys, edited.main, edited.Config(resume=str(tmp_path / "runs" / "run")))
-    assert code == 2 and len(err) == 1 and "holds an agent state of another structure than this version" in err[0]
+    for flag in ("resume", "eval"):
+        code, err = exit_code_and_error(capsys, edited.main, edited.Config(**{flag: str(tmp_path / "runs" / "run")}))
+        assert code == 2 and len(err) == 1 and message in err[0], (flag, err)
+    assert not (tmp_path / "runs" / "run" / "damaged_checkpoints").exists()
 
 
 @pytest.mark.parametrize("metric, message", [
