@@ -211,6 +211,15 @@ def test_uninstalled_suites_answer_with_their_install_line(monkeypatch):
         assert env_id not in envs.list_envs()
 
 
+def test_an_installed_suite_that_fails_to_import_is_one_line(monkeypatch):
+    """A suite that is installed but broken (a version clash, a missing library) was a 20-42 line traceback."""
+    monkeypatch.setitem(sys.modules, "craftax.craftax_env", None)  # importing it raises ImportError
+    with pytest.raises(ValueError, match=r"^'Craftax-Classic-Symbolic-v1': Craftax is installed but fails "
+                                         r"\(ModuleNotFoundError: .*\); reinstall it: "
+                                         r"pip install -r requirements-craftax.txt$"):
+        envs.make("Craftax-Classic-Symbolic-v1")
+
+
 def test_list_envs_names_every_installed_suite():
     ids = envs.list_envs()
     for env_id in ("Craftax-Classic-Symbolic-v1", "Craftax-Symbolic-v1", "MiniGrid-Empty-8x8", "MiniGrid-DoorKey-8x8",
@@ -224,6 +233,12 @@ def test_list_envs_names_every_installed_suite():
 
 # The docs' example env (docs/examples/corridor.py), as a user's module, plus a broken env and a registered id.
 CORRIDOR = (ROOT / "docs" / "examples" / "corridor.py").read_text() + '''
+
+class Unbatched(Corridor):  # a callback that cannot run under jax.vmap: fails only in the training program
+    def step_env(self, key, state, action, params):
+        action = jax.pure_callback(lambda a: a, jax.ShapeDtypeStruct((), jnp.int32), action)
+        return super().step_env(key, state, action, params)
+
 
 class OldStyle(Corridor):  # gymnax 0.0.x: step returns five values
     def step(self, key, state, action, params):
@@ -282,17 +297,25 @@ def test_your_own_env_by_file_path_and_by_registered_id(tmp_path):
         sys.modules.pop("my_env", None)
 
 
-@pytest.mark.parametrize("name,message", [
-    ("OldStyle", "step must return gymnax 1.x's (obs, state, reward, terminated, truncated, info)"),
-    ("Nope", "my_env has no attribute 'Nope' and registers no env of that id"),
-    ("jax", "not a gymnax env"),
+@pytest.mark.parametrize("env_id,message", [
+    ("my_env:OldStyle", "step must return gymnax 1.x's (obs, state, reward, terminated, truncated, info)"),
+    ("my_env:Nope", "my_env has no attribute 'Nope' and registers no env of that id"),
+    ("my_env:jax", "not a gymnax env"),
+    ("sys:exit", "making the env failed: SystemExit"),  # exited 0, silently
+    ("my_env:Unbatched", "the env raised NotImplementedError: vmap is only supported for the pure_callback"),
 ])
-def test_a_broken_env_of_your_own_is_one_line(tmp_path, name, message):
+def test_a_broken_env_of_your_own_is_one_line(tmp_path, env_id, message):
+    """Each is one line and exit 2, before a run directory is left behind: an env that is no env, and one that
+    fails only where the training program is made (batched), named by its file and line."""
     (tmp_path / "my_env.py").write_text(CORRIDOR)
-    run = run_in(tmp_path, "--env", f"my_env:{name}")
-    assert run.returncode == 2
-    (line,) = run.stderr.strip().splitlines()[-1:]
-    assert line.startswith(f"error: --env: 'my_env:{name}': ") and message in line
+    run = run_in(tmp_path, "--env", env_id, "--out-dir", str(tmp_path / "runs"))
+    assert run.returncode == 2, run.stderr[-3000:]
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines
+    assert lines[0].startswith(f"error: --env: '{env_id}': " if "Unbatched" not in env_id else
+                               f"error: --env {env_id}: the env raised ")
+    assert "Unbatched" not in env_id or f"{tmp_path / 'my_env.py'}:" in lines[0]
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
 def test_register_refuses_ids_that_are_taken():

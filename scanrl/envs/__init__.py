@@ -12,6 +12,7 @@ import importlib.util
 import os
 import re
 import sys
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -112,7 +113,7 @@ def register(env_id: str, factory: Callable) -> None:
 
 def list_envs() -> list[str]:
     """Every id `make` accepts: gymnax's, ours, the registered ones, and each installed suite's."""
-    suite_ids = [i for suite in _suites() if suite.is_installed() for i in suite.list_ids()]
+    suite_ids = [i for suite in _suites() if suite.is_installed() for i in _listed(suite)]
     return sorted(gymnax.registered_envs) + sorted(_OUR_ENVS) + sorted(_REGISTERED) + suite_ids
 
 
@@ -125,7 +126,13 @@ def make(env_id: str, **kwargs):
         return _checked(env_id, _REGISTERED[env_id], kwargs)
     for suite in _suites():
         if suite.owns(env_id):
-            return suite.make(env_id, **kwargs)
+            try:
+                return suite.make(env_id, **kwargs)
+            except ValueError:
+                raise
+            except Exception as error:  # installed, but broken (a version clash, a missing library): one line
+                raise ValueError(f"{env_id!r}: {suite.SUITE} is installed but fails ({_first_line(error)}); "
+                                 f"reinstall it: {suite.INSTALL_HINT}") from None
     if env_id in gymnax.registered_envs:
         return gymnax.make(env_id, **kwargs)
     reference = import_reference(env_id)
@@ -134,6 +141,44 @@ def make(env_id: str, **kwargs):
     close = difflib.get_close_matches(env_id, list_envs(), n=3, cutoff=0.4)
     hint = f"did you mean {', '.join(close)}?" if close else "see envs.list_envs(), or name your own env as module:name"
     raise ValueError(f"unknown env {env_id!r}: {hint}")
+
+
+def _first_line(error) -> str:
+    return f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0][:200]}"
+
+
+def user_env_failure(env_id: str, error: BaseException) -> str | None:
+    """One line for `error` if the user's own env (`--env module:name`) raised it, while the training program was
+    traced or compiled: the env's file and line, and the error; None for any other error (a script's own is its
+    traceback to read)."""
+    reference = import_reference(env_id)
+    if reference is None:
+        return None
+    module, _ = reference
+    if module.endswith(".py"):
+        path = os.path.abspath(module)
+    else:
+        path = getattr(sys.modules.get(module), "__file__", None)
+    if path is None:
+        return None
+    seen, chained = None, error
+    while chained is not None and seen is None:
+        for frame, line in traceback.walk_tb(chained.__traceback__):
+            if os.path.abspath(frame.f_code.co_filename) == path:
+                seen = f"{path}:{line}"
+        chained = chained.__cause__ or chained.__context__
+    if seen is None:
+        return None
+    return (f"--env {env_id}: the env raised {_first_line(error)}, at {seen}, while the training program was made "
+            "(it runs batched, under jax.vmap and jax.lax.scan); fix the env there")
+
+
+def _listed(suite) -> list[str]:
+    """An installed suite's ids; none from a suite that fails to import (making one of its envs says why)."""
+    try:
+        return suite.list_ids()
+    except Exception:  # noqa: BLE001
+        return []
 
 
 def import_reference(env_id: str) -> tuple[str, str] | None:
@@ -166,9 +211,8 @@ def _imported(env_id, module_name, name, kwargs):
             module = importlib.import_module(module_name)
     except ValueError:
         raise
-    except Exception as error:  # the user's code: any error is theirs to see, in one line
-        raise ValueError(f"importing {module_name} for {env_id!r} failed: {type(error).__name__}: {error}") \
-            from None
+    except (Exception, SystemExit) as error:  # the user's code: any error (an exit too) is theirs to see, in one line
+        raise ValueError(f"importing {module_name} for {env_id!r} failed: {_first_line(error)}") from None
     if name in _REGISTERED:
         return _checked(env_id, _REGISTERED[name], kwargs)
     if not hasattr(module, name):
@@ -185,8 +229,8 @@ def _checked(env_id, made, kwargs):
     elif callable(made):
         try:
             made = made(**kwargs)
-        except Exception as error:
-            raise ValueError(f"{env_id!r}: making the env failed: {type(error).__name__}: {error}") from None
+        except (Exception, SystemExit) as error:  # `--env sys:exit` called exit: that is no env either
+            raise ValueError(f"{env_id!r}: making the env failed: {_first_line(error)}") from None
     env, env_params = made if isinstance(made, tuple) else (made, getattr(made, "default_params", None))
     missing = [a for a in ("reset", "step", "action_space", "observation_space") if not hasattr(env, a)]
     if missing or env_params is None:
@@ -200,8 +244,8 @@ def _checked(env_id, made, kwargs):
         obs, state = jax.eval_shape(env.reset, key, env_params)
         action = jax.eval_shape(lambda k: env.action_space(env_params).sample(k), key)
         out = jax.eval_shape(env.step, key, state, action, env_params)
-    except Exception as error:
-        raise ValueError(f"{env_id!r}: reset or step failed: {type(error).__name__}: {error}") from None
+    except (Exception, SystemExit) as error:
+        raise ValueError(f"{env_id!r}: reset or step failed: {_first_line(error)}") from None
     if not (isinstance(out, tuple) and len(out) == 6 and isinstance(out[5], dict)
             and "final_observation" in out[5]):
         raise ValueError(f"{env_id!r}: step must return gymnax 1.x's (obs, state, reward, terminated, "

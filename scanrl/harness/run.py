@@ -89,6 +89,12 @@ def main(algorithm, config=None):
         cause = str(error).strip().splitlines()[0]
         print(f"error: out of memory ({cause}): lower {size_flags(algorithm, config)}", file=sys.stderr)
         sys.exit(1)
+    except Exception as error:  # the user's own env, failing where it is first traced (--eval, the agents' shapes)
+        failure = env_failure(config, error) if config is not None else None
+        if failure is None:
+            raise
+        print(f"error: {failure}", file=sys.stderr)
+        sys.exit(2)
 
 
 def parse_flags(algorithm):
@@ -263,10 +269,21 @@ def compile_training(job, run_dir) -> tuple:
         check_metric_keys(job.algorithm, metric_keys, compiled.out_info[1])
         check_memory(job.config, job.algorithm, [compiled], state_bytes * len(agents) // len(job.keys),
                      len(job.keys) * job.num_iterations * len(metric_keys) * 4, evaluation)
-    except ConfigError:
+    except Exception as error:
+        failure = error if isinstance(error, ConfigError) else env_failure(job.config, error)
+        if failure is None:
+            raise
         run_dir.give_up()
-        raise
+        raise failure from None
     return compiled, evaluation, compile_s
+
+
+def env_failure(config, error) -> ConfigError | None:
+    """ConfigError (one line: the file and line) for an error the user's own env raised while a program was made."""
+    from scanrl import envs
+
+    line = envs.user_env_failure(config.env, error)
+    return None if line is None else ConfigError(line)
 
 
 def check_metric_keys(algorithm, metric_keys, reported):
