@@ -761,6 +761,19 @@ def test_a_signal_in_a_single_chunk_run_stops_where_the_iterations_under_way_end
     assert read_csv(run_dir / "metrics.csv") == read_csv(finished_runs["ppo"] / "metrics.csv")
 
 
+def test_a_second_signal_stops_at_once_in_one_line(tmp_path, capsys, monkeypatch):
+    """The second Ctrl-C or SIGTERM ends the run at once: one line and 128 + the signal (it was a KeyboardInterrupt
+    traceback)."""
+    from scanrl.harness.records import Progress
+
+    monkeypatch.setattr(Progress, "show", lambda self, *args: [os.kill(os.getpid(), signal.SIGTERM)
+                                                               for _ in range(2)])
+    module, config = tiny_config("ppo", tmp_path / "runs", run_name="twice", num_chunks=1)
+    code, err = exit_code_and_error(capsys, module.main, config)
+    assert code == 128 + signal.SIGTERM and err[-1].startswith("SIGTERM again: stopped at once; "), err
+    assert not any("Traceback" in line for line in err)
+
+
 def test_resume_keeps_the_device_count_the_run_trained_on(finished_runs, tmp_path, capsys):
     """config.json records the devices a run was split over; a resume where there are fewer says so (it used to
     switch the count, and the numbers, silently)."""

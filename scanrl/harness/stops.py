@@ -71,9 +71,11 @@ class StopRequest:
             signal.signal(s, handler)
 
     def _handle(self, signum, frame):
-        if self.signal is not None:
+        if self.signal is not None:  # the second: at once, one line (it was a KeyboardInterrupt traceback)
             self.__exit__()
-            raise KeyboardInterrupt
+            raise RunStopped(f"{signal.Signals(signum).name} again: stopped at once; the checkpoints written so far "
+                             "are kept, with their rows in metrics.csv: --resume goes on from the last one",
+                             128 + signum, abandon=True)
         self.signal = signal.Signals(signum)
         print(f"\n{self.signal.name}: stopping after the iterations under way, with a checkpoint (again to abort at "
               "once)", file=sys.stderr, flush=True)
