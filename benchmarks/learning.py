@@ -9,22 +9,31 @@ Each entry runs its script in a subprocess as a user would, and the run director
         --out-dir runs/learning/quick --run-name ppo-CartPole-v1
 
     python benchmarks/learning.py --suite quick                       # under 20 min on our 2-core CPU
-    python benchmarks/learning.py --suite full --only ppo-Breakout-MinAtar,dqn-Breakout-MinAtar
+    python benchmarks/learning.py --suite full --only ppo-Breakout-MinAtar,dqn-Breakout-MinAtar --record
     python benchmarks/learning.py --suite quick --report-only         # rebuild table and plots from the runs
     python benchmarks/learning.py --suite quick --random-scores       # measure the random-policy scores
 
 An entry whose run directory holds summary.json is not run again; one whose run stopped before its summary (Ctrl-C,
 a kill) is continued with the script's `--resume`. A run directory made with another env, budget, seed count, seed or
-value of one of the entry's flags is refused (exit 2): delete it or choose another --out-dir. Each finished run is
-also recorded in benchmarks/results/records/<suite>/<entry>.json (its config, summary, wall time and binned curve, a
-few KB: commit it): run directories live on one machine, and a suite of hours spans sessions and machines. An entry
-with a record is finished too, and the report reads the record where the run directory is gone. Entries marked GPU-only
-are skipped, with a message, where JAX sees no GPU. Run directories go to runs/learning/<suite>/ (git-ignored). Once
-every entry has finished, the report goes to benchmarks/results/learning_<suite>.md (before that, to the run
-directories' folder, so --only never replaces the committed table with a partial one), with, per algorithm,
-learning_<suite>_<algo>_curves.png (IQM of the episode return over seeds against env steps, 95% band, one panel per
-env) and learning_<suite>_<algo>_profile.png (the fraction of runs above each normalised score, over the
-algorithm's envs). Exit 1 if an entry failed.
+value of one of the entry's flags is refused (exit 2): delete it or choose another --out-dir. Run directories go to
+runs/learning/<suite>/ (git-ignored). Entries marked GPU-only are skipped, with a message, where JAX sees no GPU.
+
+A full run (neither --only nor --out-dir), or any run given --record, also writes the committed files: each finished
+run's record, benchmarks/results/records/<suite>/<entry>.json (its config, summary, wall time and binned curve, a few
+KB: commit it), and, once every entry has finished, the report benchmarks/results/learning_<suite>.md. Run
+directories live on one machine, and a suite of hours spans sessions and machines: an entry with a record is finished
+too, and the report reads the record where the run directory is gone. A run with --only or --out-dir and without
+--record writes no record and puts its report beside the run directories, so one machine's partial result never
+stands for an entry everywhere (with the default out dir it still reads the committed records). What is committed
+names paths relative to the repository: a record's config keeps its paths relative to the repository (a folder
+outside it as null), a committed report names no folder outside it. A record that cannot be read or is not of a
+record's shape is refused with one line naming it and what is wrong (exit 2), never skipped: skipping it would
+rerun hours of training, or drop the entry from the table, without a word. Every file the runner writes goes through
+scanrl.harness.files.replaced (atomic, never through a link planted at its name).
+
+The report comes with, per algorithm, learning_<suite>_<algo>_curves.png (IQM of the episode return over seeds
+against env steps, 95% band, one panel per env) and learning_<suite>_<algo>_profile.png (the fraction of runs above
+each normalised score, over the algorithm's envs). Exit 1 if an entry failed.
 """
 
 import csv
@@ -47,6 +56,7 @@ import tyro
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from scanrl.harness import aggregate  # noqa: E402
+from scanrl.harness.files import replaced  # noqa: E402
 
 # The name each script writes into config.json's "algo", by the suite's algorithm label.
 SCRIPT_ALGO = {"ppo": "ppo", "ppo_rnn": "ppo_rnn", "dqn": "dqn_tabular_q", "pqn": "pqn", "vpg": "reinforce",
@@ -321,13 +331,20 @@ class Args:
     out_dir: str | None = None
     """parent of the run directories; default runs/learning/<suite>"""
     results: str | None = None
-    """the markdown report; the PNGs go beside it; default benchmarks/results/learning_<suite>.md once every entry
-    has finished, else <out-dir>/learning_<suite>.md (a partial report never replaces the committed table)"""
+    """the markdown report; the PNGs go beside it; default benchmarks/results/learning_<suite>.md when the run writes
+    the committed files (see --record) and every entry has finished, else <out-dir>/learning_<suite>.md (a partial
+    report never replaces the committed table)"""
+    record: bool = False
+    """write the committed files, benchmarks/results/records/<suite>/<entry>.json and (once every entry has finished)
+    benchmarks/results/learning_<suite>.md, even with --only or --out-dir. Without it only a full run (neither --only
+    nor --out-dir) writes them: one machine's partial run never stands for an entry everywhere"""
     records: str | None = None
     """where each finished entry's record goes (config, summary, wall time and binned curve: all the report needs,
-    a few KB), one JSON file per entry, to be committed; default benchmarks/results/records/<suite> when --out-dir is
-    not given, else none. An entry with a record is finished: not rerun, and reported from it when its run directory
-    is gone (another machine, a clean clone)"""
+    a few KB), one JSON file per entry; default benchmarks/results/records/<suite> (to be committed), read whenever
+    --out-dir is not given and written by a full run or with --record; with --out-dir and without --record, none.
+    An entry with a record is finished: not rerun, and reported from it when its run directory is gone (another
+    machine, a clean clone). A record that cannot be read, or is not of a record's shape, is refused with one line
+    (exit 2): it stands for hours of training, so it is never skipped in silence"""
     report_only: bool = False
     """run nothing: rebuild the report from the run directories and records there are"""
     random_scores: bool = False
@@ -517,9 +534,8 @@ def evaluate_sampled(e: Entry, run_dir, head) -> bool:
         print(f"{head}: the sampled evaluation failed ({why})", flush=True)
         return False
     run["sampled_eval"] = {"episodes": e.sampled_episodes, "per_seed": means}
-    with open(path + ".tmp", "w") as f:
+    with replaced(path) as f:
         json.dump(run, f, indent=2)
-    os.replace(path + ".tmp", path)
     print(f"{head}: sampled policies' mean return per seed: {' '.join(f'{m:.2f}' for m in means)}", flush=True)
     return True
 
@@ -537,40 +553,117 @@ def record_path(records, e: Entry) -> str | None:
     return None if records is None else os.path.join(records, f"{e.name}.json")
 
 
+def portable(value):
+    """A value as a record keeps it: an absolute path inside the repository made relative to it, one outside it
+    None (a folder of one machine), anything else as it is; dicts and lists item by item."""
+    if isinstance(value, dict):
+        return {k: portable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable(v) for v in value]
+    if isinstance(value, str) and os.path.isabs(value):
+        return os.path.relpath(value, ROOT) if inside_repository(value) else None
+    return value
+
+
 def write_record(e: Entry, run_dir, records) -> str:
     """A finished run's record: config.json, summary.json, the runner's MACHINE_FILE and the binned curve of
-    metrics.csv, in one JSON file (NaN as null), written whole or not at all; -> its path."""
+    metrics.csv, in one JSON file (NaN as null, paths relative to the repository: `portable`), written whole or not
+    at all; -> its path."""
     steps, returns = read_curve(run_dir)
-    record = {"config": read_json(run_dir, "config.json"), "summary": read_json(run_dir, "summary.json"),
-              "run": read_json(run_dir, MACHINE_FILE),
+    record = {"config": portable(read_json(run_dir, "config.json")),
+              "summary": portable(read_json(run_dir, "summary.json")),
+              "run": portable(read_json(run_dir, MACHINE_FILE)),
               "curve": {"env_steps": steps.tolist(),
                         "episode_return": [[None if np.isnan(v) else v for v in row] for row in returns.tolist()]}}
     path = record_path(records, e)
     os.makedirs(records, exist_ok=True)
-    with open(path + ".tmp", "w") as f:
+    with replaced(path) as f:
         json.dump(record, f, separators=(",", ":"))
-    os.replace(path + ".tmp", path)
     return path
 
 
+def _kind(value) -> str:
+    """A JSON value's kind, as a message names it."""
+    if isinstance(value, bool):
+        return "a boolean"
+    return {dict: "an object", list: "a list", str: "a string", type(None): "null", int: "a number",
+            float: "a number"}.get(type(value), type(value).__name__)
+
+
+def _number(value, null=False) -> bool:
+    return (null and value is None) or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
+def _numbers(value, null=False) -> bool:
+    return isinstance(value, list) and all(_number(v, null) for v in value)
+
+
+def record_problem(record) -> str | None:
+    """What keeps a parsed record from being read (the fields the runner and the report use), in a few words; None
+    if nothing does. Keys beyond these are let be."""
+    if not isinstance(record, dict):
+        return f"it holds {_kind(record)}, not an object"
+    for key in ("config", "summary", "run", "curve"):
+        if key not in record:
+            return f'it has no "{key}"'
+        if not isinstance(record[key], dict):
+            return f'"{key}" is {_kind(record[key])}, not an object'
+    summary, run, curve = record["summary"], record["run"], record["curve"]
+    if summary:  # {}: a run that never finished, read as no record
+        for key in ("eval_return", "final_return"):
+            if key not in summary:
+                return f'"summary" has no "{key}"'
+            if not _numbers(summary[key], null=True):
+                return (f'"summary.{key}" is {_kind(summary[key])}, not a list of numbers' if not
+                        isinstance(summary[key], list) else f'"summary.{key}" holds other than numbers (or null)')
+        for key, null in (("num_seeds", False), ("env_steps", False), ("train_s", True), ("compile_s", True)):
+            if not _number(summary.get(key), null):
+                return f'"summary" has no "{key}"' if key not in summary else \
+                    f'"summary.{key}" is {_kind(summary[key])}, not a number'
+    machine = run.get("machine")
+    if machine:
+        if not isinstance(machine, dict):
+            return f'"run.machine" is {_kind(machine)}, not an object'
+        for key in ("cpu", "cores", "jax"):
+            if key not in machine:
+                return f'"run.machine" has no "{key}"'
+    sampled = run.get("sampled_eval")
+    if sampled is not None and not (isinstance(sampled, dict) and _number(sampled.get("episodes"))
+                                    and _numbers(sampled.get("per_seed"))):
+        return '"run.sampled_eval" is not {"episodes": a number, "per_seed": a list of numbers}'
+    steps, rows = curve.get("env_steps"), curve.get("episode_return")
+    if not _numbers(steps):
+        return '"curve.env_steps" is not a list of numbers'
+    if not (isinstance(rows, list) and all(_numbers(row, null=True) and len(row) == len(steps) for row in rows)):
+        return f'"curve.episode_return" is not a list of rows of {len(steps)} numbers (or null), one per seed'
+    return None
+
+
 def read_record(e: Entry, records) -> dict | None:
-    """An entry's record, or None where there is none; SuiteError if it was made for other settings."""
+    """An entry's record, or None where there is none; SuiteError (one line naming the file and what is wrong) if
+    it cannot be read, is not of a record's shape (`record_problem`) or was made for other settings. A record stands
+    for a finished run, so a broken one is refused rather than skipped: skipping would rerun the entry, or leave it
+    out of the report, without a word."""
     path = record_path(records, e)
     if path is None or not os.path.exists(path):
         return None
     try:
         with open(path) as f:
             record = json.load(f)
-        config, summary = record["config"], record["summary"]
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise SuiteError(f"{shown(path)} cannot be read ({error}): delete it to run {e.name} again") from None
-    check_config(e, config, path)
-    return record if summary else None
+    except (OSError, ValueError) as error:
+        problem = str(error)
+    else:
+        problem = record_problem(record)
+    if problem:
+        raise SuiteError(f"{shown(path)} cannot be read ({problem}): delete it to run {e.name} again")
+    check_config(e, record["config"], path)
+    return record if record["summary"] else None
 
 
-def run_entries(entries, out_dir, records=None) -> list[str]:
-    """Runs each entry that has neither a summary.json nor a record yet (fresh or resumed), recording each finished
-    run in `records` (None: none); -> the names that failed."""
+def run_entries(entries, out_dir, records=None, write_records=True) -> list[str]:
+    """Runs each entry that has neither a summary.json nor a record in `records` yet (fresh or resumed), recording
+    each finished run there (None: none; `write_records` False: the records are read, not written); -> the names
+    that failed."""
     os.makedirs(out_dir, exist_ok=True)
     for e in entries:  # refuse a mismatched directory or record before spending time on any run
         if os.path.isdir(os.path.join(out_dir, e.name)):
@@ -584,7 +677,8 @@ def run_entries(entries, out_dir, records=None) -> list[str]:
             print(f"{head}: finished before ({run_dir}/summary.json), not rerun", flush=True)
             if not evaluate_sampled(e, run_dir, head):
                 failed.append(e.name)
-            elif records is not None and (read_record(e, records) or {}).get("run") != read_json(run_dir, MACHINE_FILE):
+            elif write_records and records is not None and \
+                    (read_record(e, records) or {}).get("run") != portable(read_json(run_dir, MACHINE_FILE)):
                 print(f"{head}: recorded in {shown(write_record(e, run_dir, records))}", flush=True)
             continue
         if read_record(e, records) is not None:
@@ -616,14 +710,17 @@ def run_entries(entries, out_dir, records=None) -> list[str]:
             print(f"{head}: failed (exit {code}); run this script again to resume it", flush=True)
             failed.append(e.name)
             continue
-        with open(os.path.join(run_dir, MACHINE_FILE), "w") as f:
+        with replaced(os.path.join(run_dir, MACHINE_FILE)) as f:
             json.dump({"machine": this_machine, "wall_s": wall_s, "resumed": resumed,
                        "finished": datetime.datetime.now().isoformat(timespec="seconds")}, f, indent=2)
         print(f"{head}: done in {wall_s:.0f} s", flush=True)
         if not evaluate_sampled(e, run_dir, head):
             failed.append(e.name)
-        elif records is not None:
+        elif records is not None and write_records:
             print(f"{head}: recorded in {shown(write_record(e, run_dir, records))}", flush=True)
+        elif records is not None:
+            print(f"{head}: not recorded in {shown(records)} (a partial run: --record commits its record)",
+                  flush=True)
     return failed
 
 
@@ -835,7 +932,8 @@ def plot_curves(path, algo, results):
         ax.axis("off")
     fig.suptitle(f"{algo}: IQM over seeds, 95% CI", fontsize=11)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    with replaced(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=100)
     plt.close(fig)
 
 
@@ -857,14 +955,20 @@ def plot_profile(path, algo, envs_used, scores):
     ax.set_title(textwrap.fill(f"{algo}: performance profile over {', '.join(envs_used)}", 80), fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    with replaced(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=100)
     plt.close(fig)
 
 
-def shown(path) -> str:
-    """A path as the report shows it: relative to the repository inside it, absolute outside."""
+def inside_repository(path) -> bool:
     path = os.path.abspath(path)
-    return os.path.relpath(path, ROOT) if path.startswith(ROOT + os.sep) else path
+    return path == ROOT or path.startswith(ROOT + os.sep)
+
+
+def shown(path) -> str:
+    """A path as messages show it: relative to the repository inside it, absolute outside."""
+    path = os.path.abspath(path)
+    return os.path.relpath(path, ROOT) if inside_repository(path) else path
 
 
 def write_report(suite_name, entries, out_dir, results_path, suite_flag=None, records=None) -> list[str]:
@@ -876,13 +980,19 @@ def write_report(suite_name, entries, out_dir, results_path, suite_flag=None, re
     missing = [e for e in entries if e.name not in {r.entry.name for r in results}]
     machines = list(dict.fromkeys(describe_machine(r.extra["machine"]) for r in results if r.extra.get("machine")))
     suite_flag = suite_flag or f"--suite {suite_name}"
+
+    def named(path):  # a report in the repository (committed) names no folder of one machine
+        if inside_repository(path) or not inside_repository(results_path):
+            return f"`{shown(path)}`"
+        return "a folder outside the repository"
+
     folder = os.path.dirname(os.path.abspath(results_path))
     stem = os.path.splitext(os.path.basename(results_path))[0]
     os.makedirs(folder, exist_ok=True)
     lines = [f"# Learning results: suite `{suite_name}`", "",
              f"Written {datetime.date.today()} by `python benchmarks/learning.py {suite_flag}` from the run "
-             f"directories in `{shown(out_dir)}`"
-             + (f" and, where they are gone, the records in `{shown(records)}` ({', '.join(recorded)})"
+             f"directories in {named(out_dir)}"
+             + (f" and, where they are gone, the records in {named(records)} ({', '.join(recorded)})"
                 if recorded else "")
              + f". Machine: {'; '.join(machines) or 'not recorded'}.",
              "",
@@ -944,16 +1054,19 @@ def write_report(suite_name, entries, out_dir, results_path, suite_flag=None, re
                          f"| {cell} | ![{algo} curves]({curves}) | {profile} |")
         lines += ["", "| env | low (random policy) | high | high from |", "|---|---:|---:|---|"]
         lines += [f"| {env} | {fmt(low)} | {fmt(high)} | {source} |" for env, (low, high, source) in ranges.items()]
-    with open(results_path, "w") as f:
+    with replaced(results_path) as f:
         f.write("\n".join(lines) + "\n")
     return written
 
 
-def report_path(suite_name, entries, out_dir, records=None) -> str:
-    """Where the report goes without --results: the committed benchmarks/results/learning_<suite>.md when every
-    entry has a summary.json or a record, else (a partial report: --only, a failed or GPU-only entry) <out-dir>/,
-    saying so."""
+def report_path(suite_name, entries, out_dir, records=None, commit=True) -> str:
+    """Where the report goes without --results: the committed benchmarks/results/learning_<suite>.md when `commit`
+    (a full run, or --record) and every entry has a summary.json or a record, else <out-dir>/, saying so."""
     committed = os.path.join(ROOT, "benchmarks", "results", f"learning_{suite_name}.md")
+    if not commit:
+        print(f"the report goes to {shown(out_dir)}: a run with --only or --out-dir leaves {shown(committed)} as it "
+              "is (give --record to write it)")
+        return os.path.join(out_dir, f"learning_{suite_name}.md")
     finished = sum(os.path.exists(os.path.join(out_dir, e.name, "summary.json")) or read_record(e, records) is not None
                    for e in entries)
     if finished == len(entries):
@@ -967,7 +1080,9 @@ def main(args: Args) -> int:
     """Runs the selected entries, then writes the report; -> the exit code."""
     try:
         if args.suite_file is not None:
-            (suite_name, entries), suite_flag = load_suite_file(args.suite_file), f"--suite-file {args.suite_file}"
+            suite_name, entries = load_suite_file(args.suite_file)
+            suite_file = shown(args.suite_file)  # a report may be committed: it names no folder of one machine
+            suite_flag = f"--suite-file {os.path.basename(suite_file) if os.path.isabs(suite_file) else suite_file}"
         elif args.suite in SUITES:
             (suite_name, entries), suite_flag = (args.suite, SUITES[args.suite]), f"--suite {args.suite}"
         else:
@@ -979,9 +1094,13 @@ def main(args: Args) -> int:
             print_random_scores(chosen, args.random_episodes)
             return 0
         out_dir = os.path.abspath(args.out_dir or os.path.join(ROOT, "runs", "learning", suite_name))
-        records = args.records or (None if args.out_dir else os.path.join(ROOT, "benchmarks", "results", "records",
-                                                                           suite_name))
-        failed = [] if args.report_only else run_entries(chosen, out_dir, records)
+        # The committed files (records, report) are written by a full run or when asked (--record); the committed
+        # records are read by any run in the default out dir. An explicit --records or --results is asked for.
+        commit = args.record or (not args.only and args.out_dir is None)
+        records = args.records or (os.path.join(ROOT, "benchmarks", "results", "records", suite_name)
+                                   if args.out_dir is None or args.record else None)
+        write_records = commit or args.records is not None
+        failed = [] if args.report_only else run_entries(chosen, out_dir, records, write_records)
     except SuiteError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -990,7 +1109,7 @@ def main(args: Args) -> int:
               "resumes); the report was not rewritten", file=sys.stderr)
         return 130
     try:
-        results = args.results or report_path(suite_name, entries, out_dir, records)
+        results = args.results or report_path(suite_name, entries, out_dir, records, commit)
         written = write_report(suite_name, entries, out_dir, results, suite_flag, records)
     except SuiteError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -2,11 +2,15 @@
 runs a tiny suite through the scripts, reruns nothing that finished, resumes what stopped and refuses bad names."""
 
 import dataclasses
+import glob
 import importlib
 import importlib.util
 import json
 import os
 import re
+import shutil
+import subprocess
+import types
 
 import numpy as np
 import pytest
@@ -364,3 +368,121 @@ def test_the_runner_knows_the_optional_suites_as_envs_does():
         assert modules[owner].INSTALL_HINT == f"pip install -r requirements-{suite}.txt"
         covered.add(owner)
     assert covered == set(envs.SUITES)
+
+
+def test_committed_files_are_written_only_when_asked_and_name_no_machine_path(fabricated, tmp_path, monkeypatch):
+    """benchmarks/results/ (records and report) is written by a full run or with --record only: a partial record
+    would stand for its entry on every machine. --only and a scratch --out-dir write their report beside the run
+    directories and no record. What is committed names paths relative to the repository, never a machine's own."""
+    out_dir, entries = fabricated
+    for path in glob.glob(os.path.join(learning.ROOT, "benchmarks", "results", "records", "*", "*.json")):
+        text = open(path).read()  # the committed records: no absolute path, and readable as they are
+        assert '"/' not in text, path
+        suite, name = path.split(os.sep)[-2:]
+        (e,) = [e for e in learning.SUITES[suite] if f"{e.name}.json" == name]
+        assert learning.read_record(e, os.path.dirname(path))["config"]["out_dir"] == f"runs/learning/{suite}"
+
+    repo = tmp_path / "repo"  # the runner's repository here: the real benchmarks/results/ is never touched
+    monkeypatch.setattr(learning, "ROOT", str(repo))
+    monkeypatch.setattr(learning, "CURVE_REPS", 50)
+    runs = repo / "runs" / "learning" / "tiny"
+    shutil.copytree(out_dir, runs)
+    for e in entries[:3]:  # as the scripts write config.json: absolute paths
+        config = json.loads((runs / e.name / "config.json").read_text())
+        config.update(out_dir=str(runs), resume=str(runs / e.name), gif=None)
+        (runs / e.name / "config.json").write_text(json.dumps(config))
+    suite = write_suite(tmp_path / "tiny.json", *entries[:3])
+    results = repo / "benchmarks" / "results"
+
+    assert learning.main(learning.Args(suite_file=suite, only=("ppo-cart",))) == 0
+    assert not results.exists() and "| ppo-cart |" in (runs / "learning_tiny.md").read_text()
+    assert learning.main(learning.Args(suite_file=suite, out_dir=str(out_dir))) == 0  # every entry finished
+    assert not results.exists() and "| dqn-breakout |" in (out_dir / "learning_tiny.md").read_text()
+
+    assert learning.main(learning.Args(suite_file=suite, only=("ppo-cart",), record=True)) == 0
+    assert os.listdir(results / "records" / "tiny") == ["ppo-cart.json"]
+    assert learning.main(learning.Args(suite_file=suite)) == 0  # a full run records every entry
+    assert sorted(os.listdir(results / "records" / "tiny")) == ["dqn-breakout.json", "ppo-breakout.json",
+                                                                "ppo-cart.json"]
+    record = json.loads((results / "records" / "tiny" / "ppo-cart.json").read_text())
+    assert record["config"]["out_dir"] == "runs/learning/tiny"
+    assert record["config"]["resume"] == "runs/learning/tiny/ppo-cart"
+    assert "from the run directories in `runs/learning/tiny`" in (results / "learning_tiny.md").read_text()
+    # --record with run directories outside the repository: the committed report does not name their folder
+    assert learning.main(learning.Args(suite_file=suite, out_dir=str(out_dir), record=True, report_only=True)) == 0
+    for path in results.rglob("*"):
+        if path.is_file():
+            assert str(tmp_path).encode() not in path.read_bytes(), path
+
+
+def test_the_runner_writes_no_file_through_a_planted_link(tmp_path, monkeypatch):
+    """Every file the runner writes (learning_suite.json, a record, the report and its PNGs) goes through
+    harness.files.replaced: a link planted at its name, or at the temporary name it once wrote through, is never
+    followed, and the file it points to is left alone."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    e = learning.entry("ppo-cart", "ppo", "ppo.py", "CartPole-v1", 1000, 2, sampled_episodes=3)
+    out_dir, records, report = tmp_path / "runs", tmp_path / "records", tmp_path / "report" / "learning_tiny.md"
+    run_dir = fake_run(out_dir, e, [1.0, 2.0], [1.0, 2.0], curve_rows(2))
+    summary = (run_dir / "summary.json").read_text()
+    (run_dir / "summary.json").unlink()  # a run yet to finish: the runner runs it, then writes learning_suite.json
+    records.mkdir()
+    report.parent.mkdir()
+    machine_file = run_dir / learning.MACHINE_FILE
+    written = [machine_file, records / "ppo-cart.json", report, report.parent / "learning_tiny_ppo_curves.png",
+               report.parent / "learning_tiny_ppo_profile.png"]
+    for link in [machine_file, run_dir / f"{learning.MACHINE_FILE}.tmp", records / "ppo-cart.json.tmp", *written[2:]]:
+        link.symlink_to(victim)
+
+    class Script:  # the script's run: it finishes and exits 0
+        def __init__(self, cmd, cwd=None):
+            (run_dir / "summary.json").write_text(summary)
+
+        def wait(self):
+            return 0
+
+    def evaluated(cmd, **kwargs):  # the script's --eval --eval-sampled
+        return subprocess.CompletedProcess(cmd, 0, "seed 0 (index 0): mean 1.5\nseed 1 (index 1): mean 2.5\n", "")
+
+    monkeypatch.setattr(learning, "subprocess", types.SimpleNamespace(Popen=Script, run=evaluated))
+    monkeypatch.setattr(learning, "machine", lambda: {"cpu": "a CPU", "cores": 2, "backend": "cpu",
+                                                      "devices": ["cpu"], "jax": "0", "python": "3"})
+    monkeypatch.setattr(learning, "CURVE_REPS", 50)
+    assert learning.run_entries((e,), str(out_dir), str(records)) == []
+    learning.write_report("tiny", (e,), str(out_dir), str(report), records=str(records))
+    assert victim.read_text() == "keep me\n"
+    for path in written:
+        assert path.is_file() and not path.is_symlink(), path
+    assert json.loads(machine_file.read_text())["sampled_eval"] == {"episodes": 3, "per_seed": [1.5, 2.5]}
+    assert json.loads((records / "ppo-cart.json").read_text())["run"]["machine"]["cpu"] == "a CPU"
+
+
+@pytest.mark.parametrize("mangle, wrong", [
+    (lambda text: text[:len(text) // 2], "line 1 column"),
+    (lambda text: "[" + text + "]", "it holds a list, not an object"),
+    (lambda text: json.dumps({**json.loads(text), "config": []}), '"config" is a list, not an object'),
+    (lambda text: json.dumps({"cfg": {}, "sum": {}}), 'it has no "config"'),
+    (lambda text: json.dumps({**json.loads(text), "summary": {"num_seeds": 5}}), '"summary" has no "eval_return"'),
+    (lambda text: json.dumps({**json.loads(text), "summary": {**json.loads(text)["summary"], "eval_return": "high"}}),
+     '"summary.eval_return" is a string, not a list of numbers'),
+    (lambda text: json.dumps({**json.loads(text), "run": {"machine": {"cores": 2}}}), '"run.machine" has no "cpu"'),
+    (lambda text: json.dumps({**json.loads(text), "curve": {"env_steps": [1, 2], "episode_return": [[1.0]]}}),
+     '"curve.episode_return" is not a list of rows of 2 numbers'),
+])
+def test_a_record_of_the_wrong_shape_exits_2_with_one_line(fabricated, tmp_path, capsys, mangle, wrong):
+    """A hand-edited, truncated or foreign record is refused with one line naming it and what is wrong (it stands
+    for a finished run: skipping it would rerun the entry, or leave it out of the table, without a word)."""
+    out_dir, entries = fabricated
+    records = tmp_path / "records"
+    learning.write_record(entries[0], str(out_dir / entries[0].name), str(records))
+    path = records / "ppo-cart.json"
+    path.write_text(mangle(path.read_text()))
+    suite = write_suite(tmp_path / "tiny.json", entries[0])
+    for report_only in (False, True):
+        args = learning.Args(suite_file=suite, out_dir=str(tmp_path / "gone"), records=str(records),
+                             results=str(tmp_path / "learning.md"), report_only=report_only)
+        assert learning.main(args) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith(f"error: {path} cannot be read (") and wrong in line, line
+        assert line.endswith("): delete it to run ppo-cart again")
+    assert not (tmp_path / "learning.md").exists()
