@@ -54,7 +54,8 @@ class Flags:
     """directory of JAX's persistent compilation cache, so a rerun of the same command loads its compiled programs
     instead of compiling them; off: no cache (default: $SCANRL_COMPILE_CACHE, else ~/.cache/scanrl/jax)"""
     profile: bool = False
-    """write a JAX profiler trace of the first chunk of training to <run dir>/profile (Perfetto / TensorBoard)"""
+    """write a JAX profiler trace of the first piece of training (--log-every iterations at most) to
+    <run dir>/profile (Perfetto / TensorBoard)"""
     # chunks, checkpoints, resume and evaluation
     num_chunks: int | None = None
     """write metrics.csv and a checkpoint after each of this many chunks of iterations (as equal as whole pieces
