@@ -163,6 +163,10 @@ def test_evaluate_returns_first_episode_per_env():
     returns = envs.evaluate(vec, CounterParams(episode_end=50), lambda obs: jnp.zeros((3, 1)),
                             jax.random.PRNGKey(0), 8)
     assert np.isnan(returns).all()
+    # It stops once every first episode has ended: a time limit of 2**31 - 1 steps (a user env's "no limit") was
+    # played out to the end, silently, after episodes of 3 steps.
+    returns = envs.evaluate(vec, CounterParams(), lambda obs: jnp.zeros((3, 1)), jax.random.PRNGKey(0), 2**31 - 1)
+    np.testing.assert_array_equal(returns, [6.0, 6.0, 6.0])
 
 
 @settings(max_examples=40, deadline=None)

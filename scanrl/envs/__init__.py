@@ -342,7 +342,8 @@ def evaluate(env, env_params, policy, key, num_steps: int):
     `RecurrentPolicy`, whose memory starts from its initial carry and resets where an episode starts.
 
     Returns the return of each env's first episode, shape `(num_envs,)`; `num_steps` should cover the
-    longest episode (the env's time limit). Evaluate on an env without normalisation wrappers and let
+    longest episode (the env's time limit). It stops once every env's first episode has ended (an env with a
+    time limit of 1e9 steps ends when its episodes do). Evaluate on an env without normalisation wrappers and let
     the policy normalise with training's frozen statistics (`normalize_observation`).
     """
     policy = as_recurrent(policy)
@@ -350,18 +351,19 @@ def evaluate(env, env_params, policy, key, num_steps: int):
     obs, state = env.reset(key_reset, env_params)
     num_envs = obs.shape[0]
 
-    def _eval_step(carry, step_key):
-        obs, start, memory, state, finished, returns = carry
+    def _eval_step(carry):
+        t, obs, start, memory, state, finished, returns = carry
         memory, action = policy.step(memory, obs, start)
-        obs, state, _, _, _, info = env.step(step_key, state, action, env_params)
+        # fold_in(key, t) is split(key, num_steps)[t], without making num_steps keys up front
+        obs, state, _, _, _, info = env.step(jax.random.fold_in(key, t), state, action, env_params)
         first_end = jnp.logical_and(info["episode_done"], jnp.logical_not(finished))
         returns = jnp.where(first_end, info["episode_return"], returns)
-        return (obs, info["episode_done"], memory, state, jnp.logical_or(finished, info["episode_done"]),
-                returns), None
+        return (t + 1, obs, info["episode_done"], memory, state, jnp.logical_or(finished, info["episode_done"]),
+                returns)
 
-    carry = (obs, jnp.ones(num_envs, bool), policy.initial_carry(num_envs), state, jnp.zeros(num_envs, bool),
-             jnp.full(num_envs, jnp.nan, jnp.float32))
-    (*_, returns), _ = jax.lax.scan(_eval_step, carry, jax.random.split(key, num_steps))
+    carry = (jnp.int32(0), obs, jnp.ones(num_envs, bool), policy.initial_carry(num_envs), state,
+             jnp.zeros(num_envs, bool), jnp.full(num_envs, jnp.nan, jnp.float32))
+    *_, returns = jax.lax.while_loop(lambda c: (c[0] < num_steps) & ~c[5].all(), _eval_step, carry)
     return returns
 
 

@@ -101,6 +101,7 @@ LOGGING_FLAGS = ("track", "wandb_project", "wandb_entity", "wandb_group", "out_d
                  "gif", "num_devices", "coordinator_address", "num_processes", "process_id", "distributed_timeout")
 # Names an older scanrl gave to runs of dqn_tabular_q.py, whose checkpoints this version cannot read.
 OLDER_NAMES = {"dqn": "PQN moved to pqn.py", "tabular_q": "PQN moved to pqn.py"}
+FLOAT32_MAX = 3.4028234663852886e38  # the largest float32: a larger value is inf inside the programs
 MAX_SEED = 2**32 - 1  # a JAX key holds a 32-bit seed here; larger ones would alias smaller ones
 MAX_COUNT = 2**31 - 1  # step, iteration and update counters are int32 inside the compiled programs
 
@@ -151,12 +152,16 @@ def require_count(value, what, lower):
 
 
 def require_finite(config, prefix=""):
-    """ConfigError unless every float field is a finite number (NaN and inf pass `x > 0`-style checks, or fail
-    them with a misleading message). `prefix`: what to put before the flag, e.g. the sweep point."""
+    """ConfigError unless every float field is a finite number in float32, the precision the programs compute in
+    (NaN and inf pass `x > 0`-style checks, or fail them with a misleading message; 1e40 is inf in float32).
+    `prefix`: what to put before the flag, e.g. the sweep point."""
     for field in dataclasses.fields(config):
         value = getattr(config, field.name)
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{prefix}{flag(field.name)} must be a finite number, got {value}")
+        if isinstance(value, float) and abs(value) > FLOAT32_MAX:
+            raise ConfigError(f"{prefix}{flag(field.name)} must be a finite number, got {value}, which is infinite in "
+                              f"float32 (the programs compute in float32: at most {FLOAT32_MAX:.3g} in size)")
 
 
 def check_paths(config):
