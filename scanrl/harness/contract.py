@@ -79,11 +79,15 @@ def quiet(fn, *args):
 
 
 def run_main(module, config):
-    """The script's `main(config)`; a SystemExit (an error line) is a failure with the line."""
+    """The script's `main(config)` -> what it printed; a SystemExit (an error line) is a failure with the line."""
+    out = io.StringIO()
     try:
-        return quiet(module.main, config)[1]
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            module.main(config)
     except SystemExit as exit_:
-        raise ContractFailure(f"{module.ALGORITHM.script} exited {exit_.code}") from None
+        said = (out.getvalue().strip().splitlines() or ["(it printed nothing)"])[-1]
+        raise ContractFailure(f"{module.ALGORITHM.script} exited {exit_.code}: {said}") from None
+    return out.getvalue()
 
 
 def check_make_train(module, config):
