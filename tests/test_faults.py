@@ -162,8 +162,9 @@ def test_one_piece_length_divides_the_run():
 # ---------------------------------------------------------------------------------------------------------------
 # kill -9, then --resume
 
+# ppo: 16 iterations in 4 chunks of 4; on one device, which the resume in this process has whatever ran before
 FLAGS = ["--total-timesteps", str(16 * 512), "--num-seeds", "2", "--num-chunks", "4", "--log-every", "1",
-         "--eval-episodes", "3"]  # ppo: 16 iterations in 4 chunks of 4
+         "--eval-episodes", "3", "--num-devices", "1"]
 
 # Runs ppo.py as `python ppo.py FLAGS` would, with one harness function wrapped to kill the process (SIGKILL, no
 # clean-up of any kind) at the moment under test.

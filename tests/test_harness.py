@@ -502,7 +502,10 @@ def test_sigint_leaves_a_resumable_run(finished_runs, run_script, tmp_path):
     130, saying nothing was trained and how to start it; --resume completes the run to the numbers of an
     uninterrupted one."""
     _, tiny, _ = CASES["ppo"]
-    flags = cli_flags({**tiny, "num_chunks": 4, "run_name": "cut", "out_dir": tmp_path / "runs"})
+    # on the finished run's devices (this process's count), whose numbers it must end with
+    devices = json.loads((finished_runs["ppo"] / "config.json").read_text())["num_devices"]
+    flags = cli_flags({**tiny, "num_chunks": 4, "run_name": "cut", "out_dir": tmp_path / "runs",
+                       "num_devices": devices})
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path)}
     process = subprocess.Popen([sys.executable, str(ROOT / "ppo.py"), *flags], cwd=tmp_path, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

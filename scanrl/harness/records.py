@@ -1,4 +1,4 @@
-"""The run directory and what a run writes there: config.json before compiling, metrics.csv as each chunk ends,
+"""The run directory and what a run writes there: config.json before compiling, metrics.csv as chunks end,
 progress lines (and wandb's live metrics) while training, learning_curve.png and summary.json at the end; with
 --sweep, one sub-directory per point. Only process 0 writes."""
 
@@ -229,9 +229,10 @@ def plural(count, noun):
 
 
 class MetricsCsv:
-    """<run dir>/metrics.csv, one row per iteration and agent, appended as each chunk ends: a killed run loses at
-    most the chunk it was in. Rows go iteration by iteration, so any chunking writes the same file. Its `iteration`
-    counts from 1, as the progress lines and the checkpoints (checkpoints/<iterations done>) do."""
+    """<run dir>/metrics.csv, one row per iteration and agent, appended as chunks end, once each one's checkpoint
+    is committed (harness.run.train_chunks): rows on disk never run ahead of a checkpoint. Rows go iteration by
+    iteration, so any chunking writes the same file. Its `iteration` counts from 1, as the progress lines and the
+    checkpoints (checkpoints/<iterations done>) do."""
 
     def __init__(self, path, keys, seeds, history=None, make_dir=False):
         """A new file with its header, and with the rows of `history` {key: (agents, iterations)} when resuming;
