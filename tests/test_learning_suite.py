@@ -18,6 +18,21 @@ import scipy.stats
 import tyro
 
 from benchmarks import learning
+from benchmarks.suite import plots, repository, runner
+from benchmarks.suite.entries import (
+    SCORE_RANGES,
+    SCRIPT_ALGO,
+    Entry,
+    Reference,
+    SuiteError,
+    check_entries,
+    entry,
+    select,
+)
+from benchmarks.suite.records import MACHINE_FILE, read_curve, read_record, write_record
+from benchmarks.suite.report import fmt, iqm_cell, read_result, report_path, write_report
+from benchmarks.suite.runner import SUITE_PACKAGES, check_run_dir, envs_missing, run_entries
+from benchmarks.suite.suites import FEWER_SEEDS, SUITES
 from scanrl import harness
 from scanrl.harness import aggregate
 
@@ -25,12 +40,12 @@ SCRIPT = "benchmarks/learning.py"
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def fake_run(out_dir, e: learning.Entry, eval_return, final_return, metrics):
+def fake_run(out_dir, e: Entry, eval_return, final_return, metrics):
     """A finished run directory as the scripts write it: config.json, metrics.csv and summary.json. `metrics`: rows
     (seed, iteration, env_steps, episodes, episode_return)."""
     run_dir = out_dir / e.name
     run_dir.mkdir(parents=True)
-    config = {"algo": learning.SCRIPT_ALGO[e.algo], "env": e.env, "total_timesteps": e.total_timesteps,
+    config = {"algo": SCRIPT_ALGO[e.algo], "env": e.env, "total_timesteps": e.total_timesteps,
               "num_seeds": e.num_seeds, "seed": e.seed}
     (run_dir / "config.json").write_text(json.dumps(config))
     lines = ["seed,iteration,env_steps,episodes,episode_return,nonfinite"]
@@ -65,11 +80,11 @@ def fabricated(tmp_path):
     """Three finished entries (ppo on CartPole and Breakout, dqn on Breakout) and one never run."""
     out_dir = tmp_path / "runs"
     entries = (
-        learning.entry("ppo-cart", "ppo", "ppo.py", "CartPole-v1", 1000, 5,
-                       reference=learning.Reference(490.04, "490.04 ± 6.12", "CleanRL docs")),
-        learning.entry("ppo-breakout", "ppo", "ppo.py", "Breakout-MinAtar", 1000, 4),
-        learning.entry("dqn-breakout", "dqn", "dqn_tabular_q.py", "Breakout-MinAtar", 1000, 4, ("--agent", "dqn")),
-        learning.entry("pqn-cart", "pqn", "pqn.py", "CartPole-v1", 1000, 4, ()),
+        entry("ppo-cart", "ppo", "ppo.py", "CartPole-v1", 1000, 5,
+              reference=Reference(490.04, "490.04 ± 6.12", "CleanRL docs")),
+        entry("ppo-breakout", "ppo", "ppo.py", "Breakout-MinAtar", 1000, 4),
+        entry("dqn-breakout", "dqn", "dqn_tabular_q.py", "Breakout-MinAtar", 1000, 4, ("--agent", "dqn")),
+        entry("pqn-cart", "pqn", "pqn.py", "CartPole-v1", 1000, 4, ()),
     )
     fake_run(out_dir, entries[0], [100.0, 200.0, None, 300.0, 400.0], [90.0, 190.0, 280.0, 300.0, 500.0],
              curve_rows(5))
@@ -81,7 +96,7 @@ def fabricated(tmp_path):
 def test_report_numbers_come_from_the_run_directories(fabricated, tmp_path):
     out_dir, entries = fabricated
     results = tmp_path / "results" / "learning_fake.md"
-    written = learning.write_report("fake", entries, str(out_dir), str(results))
+    written = write_report("fake", entries, str(out_dir), str(results))
     text = results.read_text()
 
     cart = table_row(text, "ppo-cart")
@@ -95,9 +110,9 @@ def test_report_numbers_come_from_the_run_directories(fabricated, tmp_path):
     assert "Not in the table (no summary.json or record yet): pqn-cart" in text
 
     # Breakout has no published high: the best eval IQM on it (dqn's 10) is 1, the random policy's score 0.
-    breakout_low = learning.SCORE_RANGES["Breakout-MinAtar"][0]
+    breakout_low = SCORE_RANGES["Breakout-MinAtar"][0]
     assert f"| Breakout-MinAtar | {breakout_low:.4g} | 10 | best eval IQM in this report |" in text
-    cart_low, cart_high, _ = learning.SCORE_RANGES["CartPole-v1"]
+    cart_low, cart_high, _ = SCORE_RANGES["CartPole-v1"]
     normed = [(v - cart_low) / (cart_high - cart_low) for v in (100, 200, 300, 400)]
     normed += [(v - breakout_low) / (10 - breakout_low) for v in (2, 4, 6, 8)]
     (ppo_row,) = [line for line in text.splitlines() if line.startswith("| ppo | CartPole-v1, Breakout-MinAtar |")]
@@ -115,49 +130,49 @@ def test_report_numbers_come_from_the_run_directories(fabricated, tmp_path):
 def test_read_curve_averages_the_episodes_of_each_stretch(tmp_path):
     rows = [(0, 1, 100, 1, 10.0), (1, 1, 100, 0, "nan"), (0, 2, 200, 3, 20.0), (1, 2, 200, 0, "nan"),
             (0, 3, 300, 0, "nan"), (1, 3, 300, 1, 5.0), (0, 4, 400, 2, 40.0), (1, 4, 400, 1, 15.0)]
-    e = learning.entry("curve", "ppo", "ppo.py", "CartPole-v1", 400, 2)
+    e = entry("curve", "ppo", "ppo.py", "CartPole-v1", 400, 2)
     run_dir = fake_run(tmp_path, e, [1.0, 1.0], [1.0, 1.0], rows)
-    steps, returns = learning.read_curve(str(run_dir), points=2)
+    steps, returns = read_curve(str(run_dir), points=2)
     np.testing.assert_array_equal(steps, [200, 400])
     # seed 0: (10 * 1 + 20 * 3) / 4, then 40; seed 1: no episode in the first stretch, then (5 + 15) / 2
     np.testing.assert_allclose(returns, [[17.5, 40.0], [np.nan, 10.0]])
 
 
 def test_curve_band_is_the_iqm_over_seeds_at_each_point(tmp_path):
-    e = learning.entry("band", "ppo", "ppo.py", "CartPole-v1", 600, 5)
+    e = entry("band", "ppo", "ppo.py", "CartPole-v1", 600, 5)
     run_dir = fake_run(tmp_path, e, [1.0] * 5, [1.0] * 5, curve_rows(5))
-    _, returns = learning.read_curve(str(run_dir))
+    _, returns = read_curve(str(run_dir))
     band = aggregate.stratified_bootstrap_ci(returns, lambda s: aggregate.iqm(s, axis=-2), reps=200)
     np.testing.assert_allclose(band.point, scipy.stats.trim_mean(returns, 0.25, axis=0))
 
 
 def test_select_takes_comma_lists_and_repeats_in_suite_order():
-    quick = learning.SUITES["quick"]
-    chosen = learning.select(quick, ("td3-Pendulum-v1,ppo-CartPole-v1", " dqn-CartPole-v1"))
+    quick = SUITES["quick"]
+    chosen = select(quick, ("td3-Pendulum-v1,ppo-CartPole-v1", " dqn-CartPole-v1"))
     assert [e.name for e in chosen] == ["ppo-CartPole-v1", "dqn-CartPole-v1", "td3-Pendulum-v1"]
-    assert learning.select(quick, ()) == quick
-    with pytest.raises(learning.SuiteError, match="unknown entry nope, ppo-cartpole; the suite has: ppo-CartPole"):
-        learning.select(quick, ("nope,ppo-cartpole",))
+    assert select(quick, ()) == quick
+    with pytest.raises(SuiteError, match="unknown entry nope, ppo-cartpole; the suite has: ppo-CartPole"):
+        select(quick, ("nope,ppo-cartpole",))
 
 
-@pytest.mark.parametrize("suite", sorted(learning.SUITES))
+@pytest.mark.parametrize("suite", sorted(SUITES))
 def test_suite_entries_are_runnable_as_written(suite):
     """Every entry's flags pass its script's own checks (harness.check writes nothing), its label is the learner
     the script resolves to, and its normalisation range and reference are filled in."""
-    entries = learning.SUITES[suite]
-    learning.check_entries(entries)
+    entries = SUITES[suite]
+    check_entries(entries)
     for e in entries:
-        if learning.envs_missing(e.env):
+        if envs_missing(e.env):
             continue
         module = importlib.import_module(e.script.removesuffix(".py"))
         config = tyro.cli(module.Config, args=["--env", e.env, "--total-timesteps", str(e.total_timesteps),
                                                "--num-seeds", str(e.num_seeds), *e.flags])
         resolved, _ = harness.check(module.ALGORITHM, config)
-        assert module.ALGORITHM.name == learning.SCRIPT_ALGO[e.algo], e.name
-        assert e.env in learning.SCORE_RANGES and e.low is not None, e.name
+        assert module.ALGORITHM.name == SCRIPT_ALGO[e.algo], e.name
+        assert e.env in SCORE_RANGES and e.low is not None, e.name
         assert e.high is None or e.high > e.low, e.name
         assert e.reference.value is None or e.reference.source, e.name
-        fewer = learning.FEWER_SEEDS.get(e.name, (10,))[0] if suite == "full" else 5
+        fewer = FEWER_SEEDS.get(e.name, (10,))[0] if suite == "full" else 5
         assert e.num_seeds >= fewer, e.name
     if suite == "quick":
         assert not any(e.gpu_only or e.env.startswith("brax/") for e in entries)
@@ -173,11 +188,11 @@ def test_cli_unknown_only_name_exits_2_with_one_line(run_script):
     result = run_script(SCRIPT, "--only", "ppo-CartPole-v1,nope", add_out_dir=False, timeout=120)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "error: --only: unknown entry nope; the suite has: " + ", ".join(e.name for e in learning.SUITES["quick"])]
+        "error: --only: unknown entry nope; the suite has: " + ", ".join(e.name for e in SUITES["quick"])]
 
 
 def test_cli_refuses_a_run_directory_made_for_other_settings(run_script, tmp_path):
-    e = learning.entry("ppo-cart", "ppo", "ppo.py", "CartPole-v1", 2048, 2)
+    e = entry("ppo-cart", "ppo", "ppo.py", "CartPole-v1", 2048, 2)
     suite = write_suite(tmp_path / "suite.json", e)
     fake_run(tmp_path / "runs", dataclasses.replace(e, total_timesteps=999), [1.0, 1.0], [1.0, 1.0], curve_rows(2))
     (tmp_path / "runs" / e.name / "summary.json").unlink()  # unfinished: the runner would resume it
@@ -192,20 +207,20 @@ def test_cli_refuses_a_run_directory_made_for_other_settings(run_script, tmp_pat
 def test_a_run_directory_made_with_other_flag_values_is_refused(tmp_path):
     """A resumed run keeps the flags it was started with, so a suite whose entry's flags changed since must not
     resume it: each flag is compared with config.json (5e-4 is 0.0005, --no-x is x false, lists element-wise)."""
-    e = learning.entry("ppo-breakout", "ppo", "ppo.py", "Breakout-MinAtar", 1000, 2,
-                       ("--learning-rate=5e-4", "--no-anneal-lr", "--activation", "relu", "--sweep", "a=1", "b=2"))
+    e = entry("ppo-breakout", "ppo", "ppo.py", "Breakout-MinAtar", 1000, 2,
+              ("--learning-rate=5e-4", "--no-anneal-lr", "--activation", "relu", "--sweep", "a=1", "b=2"))
     run_dir = fake_run(tmp_path, e, [1.0, 1.0], [1.0, 1.0], curve_rows(2))
     config = json.loads((run_dir / "config.json").read_text())
     same = {"learning_rate": 0.0005, "anneal_lr": False, "activation": "relu", "sweep": ["a=1", "b=2"]}
     (run_dir / "config.json").write_text(json.dumps({**config, **same}))
-    learning.check_run_dir(e, str(run_dir))
+    check_run_dir(e, str(run_dir))
     for field, value, shown in (("activation", "tanh", "--activation 'tanh' (suite: 'relu')"),
                                 ("anneal_lr", True, "--anneal-lr True (suite: False)"),
                                 ("learning_rate", 0.001, "--learning-rate 0.001 (suite: '5e-4')"),
                                 ("sweep", ["a=1"], "--sweep ['a=1'] (suite: ['a=1', 'b=2'])")):
         (run_dir / "config.json").write_text(json.dumps({**config, **same, field: value}))
-        with pytest.raises(learning.SuiteError, match="was made with " + re.escape(shown)):
-            learning.check_run_dir(e, str(run_dir))
+        with pytest.raises(SuiteError, match="was made with " + re.escape(shown)):
+            check_run_dir(e, str(run_dir))
 
 
 def test_cli_report_only_runs_nothing(run_script, fabricated, tmp_path):
@@ -222,10 +237,10 @@ def test_cli_report_only_runs_nothing(run_script, fabricated, tmp_path):
 @pytest.mark.slow
 def test_cli_runs_a_tiny_suite_then_reruns_nothing_and_resumes_what_stopped(run_script, tmp_path):
     entries = (
-        learning.entry("ppo-cart", "ppo", "ppo.py", "CartPole-v1", 2048, 2, ("--num-envs", "4", "--num-steps", "64"),
-                       learning.Reference(490.04, "490.04 ± 6.12", "CleanRL docs"), sampled_episodes=5),
-        learning.entry("tabular-grid", "tabular_q", "dqn_tabular_q.py", "GridWorld-v0", 20_000, 2,
-                       ("--agent", "tabular")),
+        entry("ppo-cart", "ppo", "ppo.py", "CartPole-v1", 2048, 2, ("--num-envs", "4", "--num-steps", "64"),
+              Reference(490.04, "490.04 ± 6.12", "CleanRL docs"), sampled_episodes=5),
+        entry("tabular-grid", "tabular_q", "dqn_tabular_q.py", "GridWorld-v0", 20_000, 2,
+              ("--agent", "tabular")),
     )
     suite = write_suite(tmp_path / "suite.json", *entries)
     out_dir, report = tmp_path / "runs", tmp_path / "results" / "learning_tiny.md"
@@ -240,13 +255,13 @@ def test_cli_runs_a_tiny_suite_then_reruns_nothing_and_resumes_what_stopped(run_
         summary = json.loads((out_dir / e.name / "summary.json").read_text())
         assert summary["num_seeds"] == 2 and summary["env_steps"] == e.total_timesteps
         expected = aggregate.summarize([np.nan if v is None else v for v in summary["eval_return"]])
-        assert table_row(text, e.name)[4].startswith(f"{learning.fmt(expected['iqm'])} [")
-        assert json.loads((out_dir / e.name / learning.MACHINE_FILE).read_text())["machine"]["cores"] >= 1
+        assert table_row(text, e.name)[4].startswith(f"{fmt(expected['iqm'])} [")
+        assert json.loads((out_dir / e.name / MACHINE_FILE).read_text())["machine"]["cores"] >= 1
         assert json.loads((records / f"{e.name}.json").read_text())["summary"] == summary
     # ppo-cart asks for its sampled policies' returns too: --eval-sampled's per-seed means, in the table.
-    sampled = json.loads((out_dir / "ppo-cart" / learning.MACHINE_FILE).read_text())["sampled_eval"]
+    sampled = json.loads((out_dir / "ppo-cart" / MACHINE_FILE).read_text())["sampled_eval"]
     assert sampled["episodes"] == 5 and len(sampled["per_seed"]) == 2 and all(m > 0 for m in sampled["per_seed"])
-    assert table_row(text, "ppo-cart")[6] == f"{learning.iqm_cell(np.array(sampled['per_seed']))} (5)"
+    assert table_row(text, "ppo-cart")[6] == f"{iqm_cell(np.array(sampled['per_seed']))} (5)"
     assert table_row(text, "tabular-grid")[6] == "-"
     for name in ("ppo_curves", "ppo_profile", "tabular_q_curves", "tabular_q_profile"):
         assert (report.parent / f"learning_tiny_{name}.png").read_bytes()[:8] == PNG
@@ -279,62 +294,62 @@ def test_a_record_stands_for_its_run_directory(fabricated, tmp_path, capsys):
     nothing that has a record."""
     out_dir, entries = fabricated
     records = tmp_path / "records"
-    (out_dir / "ppo-cart" / learning.MACHINE_FILE).write_text(json.dumps({"wall_s": 20.0}))
+    (out_dir / "ppo-cart" / MACHINE_FILE).write_text(json.dumps({"wall_s": 20.0}))
     for e in entries[:3]:
-        learning.write_record(e, str(out_dir / e.name), str(records))
+        write_record(e, str(out_dir / e.name), str(records))
     assert sorted(os.listdir(records)) == ["dqn-breakout.json", "ppo-breakout.json", "ppo-cart.json"]
     from_runs = tmp_path / "a" / "learning_fake.md"
-    learning.write_report("fake", entries, str(out_dir), str(from_runs))
-    before = {e.name: learning.read_result(e, str(out_dir)) for e in entries[:3]}
+    write_report("fake", entries, str(out_dir), str(from_runs))
+    before = {e.name: read_result(e, str(out_dir)) for e in entries[:3]}
 
     gone = tmp_path / "elsewhere"  # a clean clone: no run directories
     from_records = tmp_path / "b" / "learning_fake.md"
-    learning.write_report("fake", entries, str(gone), str(from_records), records=str(records))
+    write_report("fake", entries, str(gone), str(from_records), records=str(records))
     text = from_records.read_text()
     assert "the records in" in text and "(ppo-cart, ppo-breakout, dqn-breakout)" in text
     for e in entries[:3]:
         assert table_row(text, e.name) == table_row(from_runs.read_text(), e.name)
-        after = learning.read_result(e, str(gone), str(records))
+        after = read_result(e, str(gone), str(records))
         assert after.extra == before[e.name].extra
         np.testing.assert_array_equal(after.curve[0], before[e.name].curve[0])
         np.testing.assert_array_equal(after.curve[1], before[e.name].curve[1])  # NaN where no episode ended
     assert text.split("## Per algorithm")[1] == from_runs.read_text().split("## Per algorithm")[1]
-    assert learning.report_path("fake", entries[:3], str(gone), str(records)).endswith("learning_fake.md")
-    assert learning.read_result(entries[3], str(gone), str(records)) is None
+    assert report_path("fake", entries[:3], str(gone), str(records)).endswith("learning_fake.md")
+    assert read_result(entries[3], str(gone), str(records)) is None
 
     # An entry with a record is finished: nothing runs (no script, no JAX probe), and nothing is rewritten.
     stamps = {p: p.stat().st_mtime_ns for p in records.iterdir()}
-    assert learning.run_entries(entries[:3], str(gone), str(records)) == []
+    assert run_entries(entries[:3], str(gone), str(records)) == []
     assert capsys.readouterr().out.count("not rerun") == 3 and stamps == {p: p.stat().st_mtime_ns for p in
                                                                            records.iterdir()}
     # A finished run directory without a record (run before records were kept) is recorded, not rerun.
     (records / "ppo-cart.json").unlink()
-    assert learning.run_entries(entries[:1], str(out_dir), str(records)) == []
+    assert run_entries(entries[:1], str(out_dir), str(records)) == []
     assert "ppo-cart: recorded in" in capsys.readouterr().out and (records / "ppo-cart.json").exists()
     # A record made for other settings is refused before anything runs, as a run directory is.
     changed = dataclasses.replace(entries[1], total_timesteps=2000)
-    with pytest.raises(learning.SuiteError, match=r"ppo-breakout.json was made with total_timesteps 1000 \(suite: "
+    with pytest.raises(SuiteError, match=r"ppo-breakout.json was made with total_timesteps 1000 \(suite: "
                        r"2000\): delete it, or use another --records"):
-        learning.run_entries((changed,), str(gone), str(records))
+        run_entries((changed,), str(gone), str(records))
     (records / "dqn-breakout.json").write_text("{")
-    with pytest.raises(learning.SuiteError, match="dqn-breakout.json cannot be read"):
-        learning.read_result(entries[2], str(gone), str(records))
+    with pytest.raises(SuiteError, match="dqn-breakout.json cannot be read"):
+        read_result(entries[2], str(gone), str(records))
 
 
 def test_a_partial_report_never_replaces_the_committed_table(fabricated, tmp_path, capsys):
     """--only (or any entry unfinished) writes the report beside the run directories; the committed
     benchmarks/results/learning_<suite>.md is the default only once every entry has finished."""
     out_dir, entries = fabricated
-    committed = os.path.join(learning.ROOT, "benchmarks", "results", "learning_fake.md")
-    assert learning.report_path("fake", entries, str(out_dir)) == str(out_dir / "learning_fake.md")
+    committed = os.path.join(repository.ROOT, "benchmarks", "results", "learning_fake.md")
+    assert report_path("fake", entries, str(out_dir)) == str(out_dir / "learning_fake.md")
     assert "3 of 4 entries have finished" in capsys.readouterr().out
-    assert learning.report_path("fake", entries[:3], str(out_dir)) == committed
+    assert report_path("fake", entries[:3], str(out_dir)) == committed
 
 
 def test_cli_only_leaves_the_committed_report_alone(run_script, fabricated, tmp_path):
     out_dir, entries = fabricated
     suite = write_suite(tmp_path / "suite.json", *entries)
-    committed = os.path.join(learning.ROOT, "benchmarks", "results", "learning_tiny.md")
+    committed = os.path.join(repository.ROOT, "benchmarks", "results", "learning_tiny.md")
     assert not os.path.exists(committed)
     result = run_script(SCRIPT, "--suite-file", suite, "--out-dir", str(out_dir), "--only", "ppo-cart",
                         "--report-only", timeout=300)
@@ -363,7 +378,7 @@ def test_the_runner_knows_the_optional_suites_as_envs_does():
 
     modules = {name: importlib.import_module(f"scanrl.envs.{name}") for name in envs.SUITES}
     covered = set()
-    for prefix, (_, suite) in learning.SUITE_PACKAGES.items():
+    for prefix, (_, suite) in SUITE_PACKAGES.items():
         (owner,) = [name for name, module in modules.items() if module.owns(prefix + "x")]
         assert modules[owner].INSTALL_HINT == f"pip install -r requirements-{suite}.txt"
         covered.add(owner)
@@ -375,16 +390,16 @@ def test_committed_files_are_written_only_when_asked_and_name_no_machine_path(fa
     would stand for its entry on every machine. --only and a scratch --out-dir write their report beside the run
     directories and no record. What is committed names paths relative to the repository, never a machine's own."""
     out_dir, entries = fabricated
-    for path in glob.glob(os.path.join(learning.ROOT, "benchmarks", "results", "records", "*", "*.json")):
+    for path in glob.glob(os.path.join(repository.ROOT, "benchmarks", "results", "records", "*", "*.json")):
         text = open(path).read()  # the committed records: no absolute path, and readable as they are
         assert '"/' not in text, path
         suite, name = path.split(os.sep)[-2:]
-        (e,) = [e for e in learning.SUITES[suite] if f"{e.name}.json" == name]
-        assert learning.read_record(e, os.path.dirname(path))["config"]["out_dir"] == f"runs/learning/{suite}"
+        (e,) = [e for e in SUITES[suite] if f"{e.name}.json" == name]
+        assert read_record(e, os.path.dirname(path))["config"]["out_dir"] == f"runs/learning/{suite}"
 
     repo = tmp_path / "repo"  # the runner's repository here: the real benchmarks/results/ is never touched
-    monkeypatch.setattr(learning, "ROOT", str(repo))
-    monkeypatch.setattr(learning, "CURVE_REPS", 50)
+    monkeypatch.setattr(repository, "ROOT", str(repo))
+    monkeypatch.setattr(plots, "CURVE_REPS", 50)
     runs = repo / "runs" / "learning" / "tiny"
     shutil.copytree(out_dir, runs)
     for e in entries[:3]:  # as the scripts write config.json: absolute paths
@@ -421,17 +436,17 @@ def test_the_runner_writes_no_file_through_a_planted_link(tmp_path, monkeypatch)
     followed, and the file it points to is left alone."""
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me\n")
-    e = learning.entry("ppo-cart", "ppo", "ppo.py", "CartPole-v1", 1000, 2, sampled_episodes=3)
+    e = entry("ppo-cart", "ppo", "ppo.py", "CartPole-v1", 1000, 2, sampled_episodes=3)
     out_dir, records, report = tmp_path / "runs", tmp_path / "records", tmp_path / "report" / "learning_tiny.md"
     run_dir = fake_run(out_dir, e, [1.0, 2.0], [1.0, 2.0], curve_rows(2))
     summary = (run_dir / "summary.json").read_text()
     (run_dir / "summary.json").unlink()  # a run yet to finish: the runner runs it, then writes learning_suite.json
     records.mkdir()
     report.parent.mkdir()
-    machine_file = run_dir / learning.MACHINE_FILE
+    machine_file = run_dir / MACHINE_FILE
     written = [machine_file, records / "ppo-cart.json", report, report.parent / "learning_tiny_ppo_curves.png",
                report.parent / "learning_tiny_ppo_profile.png"]
-    for link in [machine_file, run_dir / f"{learning.MACHINE_FILE}.tmp", records / "ppo-cart.json.tmp", *written[2:]]:
+    for link in [machine_file, run_dir / f"{MACHINE_FILE}.tmp", records / "ppo-cart.json.tmp", *written[2:]]:
         link.symlink_to(victim)
 
     class Script:  # the script's run: it finishes and exits 0
@@ -444,12 +459,12 @@ def test_the_runner_writes_no_file_through_a_planted_link(tmp_path, monkeypatch)
     def evaluated(cmd, **kwargs):  # the script's --eval --eval-sampled
         return subprocess.CompletedProcess(cmd, 0, "seed 0 (index 0): mean 1.5\nseed 1 (index 1): mean 2.5\n", "")
 
-    monkeypatch.setattr(learning, "subprocess", types.SimpleNamespace(Popen=Script, run=evaluated))
-    monkeypatch.setattr(learning, "machine", lambda: {"cpu": "a CPU", "cores": 2, "backend": "cpu",
+    monkeypatch.setattr(runner, "subprocess", types.SimpleNamespace(Popen=Script, run=evaluated))
+    monkeypatch.setattr(runner, "machine", lambda: {"cpu": "a CPU", "cores": 2, "backend": "cpu",
                                                       "devices": ["cpu"], "jax": "0", "python": "3"})
-    monkeypatch.setattr(learning, "CURVE_REPS", 50)
-    assert learning.run_entries((e,), str(out_dir), str(records)) == []
-    learning.write_report("tiny", (e,), str(out_dir), str(report), records=str(records))
+    monkeypatch.setattr(plots, "CURVE_REPS", 50)
+    assert run_entries((e,), str(out_dir), str(records)) == []
+    write_report("tiny", (e,), str(out_dir), str(report), records=str(records))
     assert victim.read_text() == "keep me\n"
     for path in written:
         assert path.is_file() and not path.is_symlink(), path
@@ -474,7 +489,7 @@ def test_a_record_of_the_wrong_shape_exits_2_with_one_line(fabricated, tmp_path,
     for a finished run: skipping it would rerun the entry, or leave it out of the table, without a word)."""
     out_dir, entries = fabricated
     records = tmp_path / "records"
-    learning.write_record(entries[0], str(out_dir / entries[0].name), str(records))
+    write_record(entries[0], str(out_dir / entries[0].name), str(records))
     path = records / "ppo-cart.json"
     path.write_text(mangle(path.read_text()))
     suite = write_suite(tmp_path / "tiny.json", entries[0])

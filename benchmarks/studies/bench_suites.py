@@ -3,8 +3,8 @@ episode statistics, flat observations, the auto-reset) stepped with uniformly ra
 compiled once, timed apart from compilation. CartPole-v1 is the yardstick. Each env runs in its own process, rounds
 alternate the envs, and the table gives the median over rounds.
 
-    python benchmarks/bench_suites.py                      # the table in benchmarks/results/suites.md
-    python benchmarks/bench_suites.py --num-envs 16 128 --rounds 3
+    python benchmarks/studies/bench_suites.py                      # the table in benchmarks/results/suites.md
+    python benchmarks/studies/bench_suites.py --num-envs 16 128 --rounds 3
 
 A suite that is not installed is left out with a line saying so.
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import tyro
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ENVS = ("CartPole-v1", "MiniGrid-Empty-8x8", "MiniGrid-DoorKey-8x8", "playground/CartpoleBalance",
         "playground/CheetahRun", "Craftax-Classic-Symbolic-v1", "Craftax-Symbolic-v1")
 
@@ -108,9 +108,9 @@ def main(args: Args) -> int:
     if args.out:
         with open(args.out, "w") as f:
             f.write("# Env steps/s of the optional suites\n\n"
-                    f"`python benchmarks/bench_suites.py` ({args.rounds} rounds, median; random actions through "
-                    f"`envs.make_vec`, one `lax.scan` of about {args.seconds:g} s, compile apart, one process per "
-                    "measurement).\n\n" + table + "\n")
+                    f"`python benchmarks/studies/bench_suites.py` ({args.rounds} rounds, median; random actions "
+                    f"through `envs.make_vec`, one `lax.scan` of about {args.seconds:g} s, compile apart, one process "
+                    "per measurement).\n\n" + table + "\n")
     return 0
 
 

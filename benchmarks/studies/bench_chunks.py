@@ -7,8 +7,8 @@
    30 seeds) and on disk (one checkpoint of a 1-seed default run), for the replay-buffer scripts (dqn, td3) and
    ppo for scale.
 
-    python benchmarks/bench_chunks.py                  # both parts, 3 runs each of the main job
-    python benchmarks/bench_chunks.py --only checkpoints
+    python benchmarks/studies/bench_chunks.py                  # both parts, 3 runs each of the main job
+    python benchmarks/studies/bench_chunks.py --only checkpoints
 
 Writes benchmarks/results/chunks.md. Timings depend on load: run it on an idle machine.
 """
@@ -24,7 +24,7 @@ from typing import Literal
 
 import tyro
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 
 # script, flags of its default run as `auto` would train it, the run's label

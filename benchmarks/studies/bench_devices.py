@@ -12,10 +12,10 @@ loading, the training program; `sps`: env steps of all agents per second of trai
 (imports, every program, evaluation, files); medians over the rounds. The programs alternate, so load drifts hit
 them alike.
 
-    python benchmarks/bench_devices.py --baseline /tmp/before            # about 15 min on a 2-core CPU
-    python benchmarks/bench_devices.py --seeds 1 8 --repeats 5
+    python benchmarks/studies/bench_devices.py --baseline /tmp/before    # about 15 min on a 2-core CPU
+    python benchmarks/studies/bench_devices.py --seeds 1 8 --repeats 5
 
-    python benchmarks/bench_devices.py --stress 50                        # 50 short 2-device runs, none may hang
+    python benchmarks/studies/bench_devices.py --stress 50                # 50 short 2-device runs, none may hang
 
 Writes benchmarks/results/devices.md (and stress.md). Timings depend on load: run it on an idle machine.
 """
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import tyro
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 # The stress runs: every script, short, on 2 host devices (a 2-seed split), in turn.
 STRESS = [
@@ -96,7 +96,7 @@ def measure(args, num_seeds, cache):
 
 
 def table(results, args):
-    lines = [f"`python benchmarks/bench_devices.py{' --baseline DIR' if args.baseline else ''} --repeats "
+    lines = [f"`python benchmarks/studies/bench_devices.py{' --baseline DIR' if args.baseline else ''} --repeats "
              f"{args.repeats}`: ppo.py, CartPole-v1, defaults (500k env steps per seed); medians of {args.repeats} "
              f"rounds, programs alternating. {machine()}", "",
              "| seeds | run | devices | compile s | wall s | env steps/s | vs before |",
@@ -135,10 +135,10 @@ def stress(args):
             hung.append(f"{script} {' '.join(flags)}")
             status = "HUNG"
         print(f"run {i + 1}/{args.stress}: {script} {' '.join(flags)}: {status}", flush=True)
-    return (f"`python benchmarks/bench_devices.py --stress {args.stress}`: {args.stress} consecutive runs on 2 host "
-            f"devices, cycling through {len(STRESS)} short runs of every script; a run past {args.timeout} s counts "
-            f"as hung. {machine()}\n\nRuns: {len(times)} finished (wall {min(times):.1f}-{max(times):.1f} s, median "
-            f"{statistics.median(times):.1f} s), {len(hung)} hung{': ' + '; '.join(hung) if hung else ''}.\n")
+    return (f"`python benchmarks/studies/bench_devices.py --stress {args.stress}`: {args.stress} consecutive runs on "
+            f"2 host devices, cycling through {len(STRESS)} short runs of every script; a run past {args.timeout} s "
+            f"counts as hung. {machine()}\n\nRuns: {len(times)} finished (wall {min(times):.1f}-{max(times):.1f} s, "
+            f"median {statistics.median(times):.1f} s), {len(hung)} hung{': ' + '; '.join(hung) if hung else ''}.\n")
 
 
 def main(args: Args):

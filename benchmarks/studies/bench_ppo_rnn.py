@@ -3,8 +3,8 @@
 Each program runs in its own process as a user runs it, the programs alternating within each round, and the table
 gives medians over the rounds (training only: compile time is its own column):
 
-    python benchmarks/bench_ppo_rnn.py                                   # ppo_rnn.py and ppo.py
-    python benchmarks/bench_ppo_rnn.py --purejaxrl ~/src/purejaxrl       # and PureJaxRL's ppo_rnn.py
+    python benchmarks/studies/bench_ppo_rnn.py                                   # ppo_rnn.py and ppo.py
+    python benchmarks/studies/bench_ppo_rnn.py --purejaxrl ~/src/purejaxrl       # and PureJaxRL's ppo_rnn.py
 
 - `ppo_rnn.py` at its defaults (GRU 64, 4 envs x 128 steps) and at PureJaxRL's network sizes (GRU 128, 128-wide
   ReLU layers), `ppo.py` at its defaults, all on `--env` with `--total-timesteps` per seed; our scripts split the
@@ -29,14 +29,15 @@ from dataclasses import dataclass
 
 import tyro
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Run in a fresh process: PureJaxRL's ppo_rnn loaded through the adapter above, timed, one JSON line printed.
 PUREJAXRL_RUNNER = r'''
 import json, os, sys, time, types
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_enable_concurrency_optimized_scheduler=false")
 source_dir, env_id, total_timesteps, num_seeds = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 sys.path[:0] = [os.path.join(source_dir, "purejaxrl"), sys.argv[5]]
+from scanrl import harness
+harness.prepare_jax("purejaxrl_ppo_rnn")  # the scripts' XLA_FLAGS, before JAX makes its backend
 sys.modules["navix"] = types.ModuleType("navix")
 import jax, jax.numpy as jnp
 from scanrl import envs

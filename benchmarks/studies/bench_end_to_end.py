@@ -14,22 +14,17 @@ JAX times `jit(vmap(make_train(config)))` for N seeds, compile time apart. PyTor
 N agents one after another in this process and reports total env steps over total wall time. PyTorch is slow, so it
 runs `--torch-timesteps` per agent (the table says how many each side ran):
 
-    python benchmarks/bench_end_to_end.py                         # 1 and 32 seeds, reinforce and ppo
-    python benchmarks/bench_end_to_end.py --seeds 1 --algos ppo --torch-timesteps 10240
+    python benchmarks/studies/bench_end_to_end.py                         # 1 and 32 seeds, reinforce and ppo
+    python benchmarks/studies/bench_end_to_end.py --seeds 1 --algos ppo --torch-timesteps 10240
 
 Writes `<out-dir>/end_to_end.md` (the table) and `<out-dir>/end_to_end.png` (a bar chart). Needs PyTorch and
 gymnasium (pip install -r requirements-bench.txt). Timings depend on the machine and its load; run on an idle machine.
 """
 
-import os
-
-# As in the scripts: XLA:CPU in jax 0.10 can hang on vmapped training with the concurrency-optimised scheduler.
-if "XLA_FLAGS" not in os.environ:
-    os.environ["XLA_FLAGS"] = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
-
 import dataclasses
 import datetime
 import importlib.util
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -46,7 +41,8 @@ if HAVE_TORCH:
     import gymnasium as gym
     import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+# Importing a script sets its XLA_FLAGS (harness.prepare_jax) before anything makes JAX's backend.
 import ppo  # noqa: E402
 import reinforce  # noqa: E402
 from scanrl import harness  # noqa: E402

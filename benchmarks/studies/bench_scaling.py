@@ -5,8 +5,8 @@ compiles it once, then times `--repeats` runs of `--steps-per-row` env steps in 
 updates) and reports the median. `--devices 1 2` repeats the curve on 2 devices, each count in its own process (on CPU
 through XLA_FLAGS=--xla_force_host_platform_device_count):
 
-    python benchmarks/bench_scaling.py                       # CartPole-v1, 1 to 256 seeds, 1 device
-    python benchmarks/bench_scaling.py --devices 1 2 --repeats 3
+    python benchmarks/studies/bench_scaling.py                       # CartPole-v1, 1 to 256 seeds, 1 device
+    python benchmarks/studies/bench_scaling.py --devices 1 2 --repeats 3
 
 Writes benchmarks/results/scaling.{json,md,png}. Timings depend on load: compare rows of one run, machine idle.
 """
@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 
 import tyro
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 
 
@@ -128,7 +128,8 @@ def main(args: Args):
         return
     rows = []
     for count in args.devices:
-        flags = f"--xla_force_host_platform_device_count={count} --xla_cpu_enable_concurrency_optimized_scheduler=false"
+        # importing ppo.py adds the scripts' other XLA_FLAGS (harness.prepare_jax); the device count is this one
+        flags = f"--xla_force_host_platform_device_count={count}"
         env = {**os.environ, "SCANRL_BENCH_DEVICES": str(count), "XLA_FLAGS": flags}
         child = subprocess.run([sys.executable, __file__, *sys.argv[1:]], env=env, stdout=subprocess.PIPE, text=True)
         if child.returncode:

@@ -1,0 +1,140 @@
+"""What a suite is made of: its entries (a script trained on an env with a budget and seeds), the published result
+each is compared with and its env's normalisation range; a JSON suite file, and the checks on names."""
+
+import json
+import os
+from dataclasses import dataclass
+
+# The name each script writes into config.json's "algo", by the suite's algorithm label.
+SCRIPT_ALGO = {"ppo": "ppo", "ppo_rnn": "ppo_rnn", "dqn": "dqn_tabular_q", "pqn": "pqn", "vpg": "reinforce",
+               "td3": "td3", "tabular_q": "dqn_tabular_q"}
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A published result to put next to ours: `value` (None: none found) as `text` gives it, and where from."""
+
+    value: float | None
+    text: str
+    source: str
+
+
+NONE_FOUND = Reference(None, "none found", "")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One line of a suite: a script trained on an env with a budget, and what to compare it with."""
+
+    name: str
+    """run directory name and --only name, one path component"""
+    algo: str
+    """ppo, dqn, pqn, vpg, td3 or tabular_q: the plots and the aggregate rows group by it"""
+    script: str
+    """the script that trains it, run from the repository root"""
+    env: str
+    total_timesteps: int
+    """env steps per seed (--total-timesteps)"""
+    num_seeds: int
+    flags: tuple[str, ...] = ()
+    """the script's flags beyond --env, --total-timesteps, --num-seeds, --seed, --out-dir and --run-name"""
+    reference: Reference = NONE_FOUND
+    low: float | None = None
+    """normalised score 0 (a uniformly random policy's mean return); None leaves the entry out of the profiles"""
+    high: float | None = None
+    """normalised score 1 (a published or "solved" score); None: the best eval IQM on this env in the report"""
+    range_source: str = ""
+    """where `high` comes from"""
+    gpu_only: bool = False
+    """skipped, with a message, where JAX sees no GPU"""
+    seed: int = 0
+    """--seed: the entry's seeds are seed, seed + 1, ..."""
+    sampled_episodes: int = 0
+    """above 0: once trained, the final policies are also evaluated with --eval-sampled (actions sampled, as in
+    training) on this many episodes per seed, for a published figure of that kind; the report adds its column"""
+
+
+class SuiteError(Exception):
+    """A suite, a name or a run directory that cannot be used: one line, exit 2."""
+
+
+# Normalisation per env: (low, high, where high comes from). low: a uniformly random policy's mean return over 1,000
+# episodes, measured with `python benchmarks/learning.py --suite full --random-scores` (seed 0, 2026-11-24; Brax
+# HalfCheetah over 100 episodes, `--random-episodes 100`; Craftax-Classic over 200, `--only
+# ppo-Craftax-Classic-Symbolic-v1 --random-episodes 200`, 1.58 ± 1.38; Seaquest with `--suite minatar`).
+# high: gymnasium's reward_threshold ("solved") where the env has one, else the published return we compare with;
+# None where there is neither: the report then takes the best eval IQM on that env among its entries, and says so.
+SCORE_RANGES = {
+    "CartPole-v1": (22.05, 475.0, "gymnasium reward_threshold"),
+    "Acrobot-v1": (-498.5, -100.0, "gymnasium reward_threshold"),
+    "MountainCar-v0": (-200.0, -110.0, "gymnasium reward_threshold"),
+    "MountainCarContinuous-v0": (-33.18, 90.0, "gymnasium reward_threshold"),
+    "Pendulum-v1": (-1221.0, -130.0, "gymnax README: gymnax-blines PPO/ES checkpoint"),
+    "CartPole-v1-masked": (22.05, 475.0, "CartPole-v1's (the same dynamics and rewards, fewer observations)"),
+    "MemoryChain-bsuite": (0.004, 1.0, "the optimum: +1 for the right answer (a guess scores 0 on average)"),
+    "Asterix-MinAtar": (0.448, None, "best eval IQM in this report"),
+    "Breakout-MinAtar": (0.408, None, "best eval IQM in this report"),
+    "Freeway-MinAtar": (0.397, None, "best eval IQM in this report"),
+    "SpaceInvaders-MinAtar": (4.074, None, "best eval IQM in this report"),
+    "Seaquest-MinAtar": (0.104, None, "best eval IQM in this report"),
+    "MiniGrid-Empty-8x8": (0.111, 0.961, "the optimum: 11 steps to the goal, 1 - 0.9 * 11 / 256"),
+    "Craftax-Classic-Symbolic-v1": (1.58, 22.0, "its most: 22 achievements, +1 each the first time (the health "
+                                    "rewards add up to at most 0)"),
+    "playground/CartpoleBalance": (358.0, 1000.0, "the most an episode can earn: 1,000 steps of reward 1 at most"),
+    "GridWorld-v0": (0.226, 1.0, "the optimum: reward 1 at the goal (scanrl/envs/gridworld.py)"),
+    "FrozenLake-misc": (0.016, 0.7, "gymnasium reward_threshold of FrozenLake-v1 (4x4, slippery)"),
+    "brax/halfcheetah:mjx": (-283.5, None, "best eval IQM in this report"),
+}
+
+
+def entry(name, algo, script, env, total_timesteps, num_seeds, flags=(), reference=NONE_FOUND, **kwargs) -> Entry:
+    """An Entry with its env's normalisation range from SCORE_RANGES."""
+    low, high, source = SCORE_RANGES.get(env, (None, None, ""))
+    return Entry(name, algo, script, env, total_timesteps, num_seeds, tuple(flags), reference, low, high, source,
+                 **kwargs)
+
+
+def load_suite_file(path) -> tuple[str, tuple[Entry, ...]]:
+    """-> (suite name, entries) of a JSON suite file; SuiteError if it cannot be read."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        entries = []
+        for item in data["entries"]:
+            fields = dict(item)
+            if isinstance(fields.get("reference"), dict):
+                fields["reference"] = Reference(**fields["reference"])
+            fields["flags"] = tuple(fields.get("flags", ()))
+            if "low" not in fields and "high" not in fields:
+                low, high, source = SCORE_RANGES.get(fields.get("env"), (None, None, ""))
+                fields.update(low=low, high=high, range_source=source)
+            entries.append(Entry(**fields))
+        name = data.get("name") or os.path.splitext(os.path.basename(path))[0]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise SuiteError(f"--suite-file {path}: {error}") from None
+    return name, tuple(entries)
+
+
+def check_entries(entries):
+    """SuiteError unless the names are distinct directory names and each algo label is known."""
+    names = [e.name for e in entries]
+    for e in entries:
+        if not e.name or "/" in e.name or e.name in (".", ".."):
+            raise SuiteError(f"entry name {e.name!r} must be one directory name")
+        if e.algo not in SCRIPT_ALGO:
+            raise SuiteError(f"entry {e.name}: algo {e.algo!r} is not one of {', '.join(SCRIPT_ALGO)}")
+    if len(set(names)) < len(names):
+        raise SuiteError(f"entry names repeat: {', '.join(sorted({n for n in names if names.count(n) > 1}))}")
+
+
+def select(entries, only) -> tuple[Entry, ...]:
+    """The entries named by --only (comma lists allowed), in suite order; all when none is named."""
+    names = [n.strip() for item in only for n in item.split(",") if n.strip()]
+    if not names:
+        return entries
+    known = {e.name for e in entries}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise SuiteError(f"--only: unknown entry {', '.join(unknown)}; the suite has: "
+                         f"{', '.join(e.name for e in entries)}")
+    return tuple(e for e in entries if e.name in names)

@@ -1,0 +1,73 @@
+"""The report's figures: per algorithm, the learning curves (IQM over seeds, 95% band) and the performance profile."""
+
+import textwrap
+
+import numpy as np
+
+from scanrl.harness import aggregate
+from scanrl.harness.files import replaced
+
+CURVE_REPS = aggregate.PROFILE_REPS  # bootstrap replications per curve band (2,000, as rliable's profiles)
+
+
+def plot_curves(path, algo, results):
+    """One panel per entry: the IQM over seeds of the episode return against env steps (metrics.csv, binned), its
+    95% stratified-bootstrap band, the published reference and the random policy's score."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import EngFormatter, MaxNLocator
+
+    cols = min(3, len(results))
+    rows = -(-len(results) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows), squeeze=False)
+    for ax, r in zip(axes.flat, results, strict=False):
+        e = r.entry
+        steps, returns = r.curve
+        ok = ~np.isnan(returns).any(axis=0)  # points where every seed finished an episode
+        if ok.any():
+            band = aggregate.stratified_bootstrap_ci(returns[:, ok], lambda s: aggregate.iqm(s, axis=-2),
+                                                     reps=CURVE_REPS, seed=0)
+            ax.plot(steps[ok], band.point, color="tab:blue", label=f"IQM of {returns.shape[0]} seeds")
+            ax.fill_between(steps[ok], band.low, band.high, color="tab:blue", alpha=0.25, label="95% CI")
+        if e.reference.value is not None:
+            ax.axhline(e.reference.value, color="tab:green", ls="--", lw=1, label=f"reference {e.reference.text}")
+        if e.low is not None:
+            ax.axhline(e.low, color="gray", ls=":", lw=1, label="random policy")
+        ax.set_title(e.env, fontsize=10)
+        ax.set_xlabel("env steps per seed")
+        ax.xaxis.set_major_locator(MaxNLocator(5))  # a few ticks, named 250k, 1M: no run-together labels
+        ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+        ax.set_ylabel("episode return")
+        ax.legend(fontsize=7, loc="best")
+    for ax in list(axes.flat)[len(results):]:
+        ax.axis("off")
+    fig.suptitle(f"{algo}: IQM over seeds, 95% CI", fontsize=11)
+    fig.tight_layout()
+    with replaced(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=100)
+    plt.close(fig)
+
+
+def plot_profile(path, algo, envs_used, scores):
+    """The run-score performance profile of normalised scores (seeds, envs), with its 95% band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    taus = np.linspace(min(0.0, scores.min()), max(1.0, scores.max()), 201)
+    profile = aggregate.performance_profile(scores, taus, seed=0)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(taus, profile.fraction, color="tab:blue", label=f"{algo}: {scores.shape[0]} seeds x {len(envs_used)} envs")
+    ax.fill_between(taus, profile.low, profile.high, color="tab:blue", alpha=0.25, label="95% CI")
+    ax.set_xlabel("normalised eval return tau (0: random policy, 1: the env's high score)")
+    ax.set_ylabel("fraction of runs with score > tau")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(textwrap.fill(f"{algo}: performance profile over {', '.join(envs_used)}", 80), fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    with replaced(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=100)
+    plt.close(fig)

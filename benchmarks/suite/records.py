@@ -1,0 +1,194 @@
+"""A finished entry's record, benchmarks/results/records/<suite>/<entry>.json: its run's config, summary, the runner's
+notes and its binned learning curve, all the report needs in a few KB, committed so that an entry finished on one
+machine stands everywhere. A record that cannot be read, is not of a record's shape or was made for other settings
+is refused in one line (SuiteError), never skipped."""
+
+import csv
+import json
+import os
+
+import numpy as np
+
+from scanrl.harness.files import replaced
+
+from .entries import SCRIPT_ALGO, Entry, SuiteError
+from .repository import portable, shown
+
+MACHINE_FILE = "learning_suite.json"  # what the runner adds to a finished run directory: machine and wall time
+CURVE_POINTS = 100  # learning curves are binned to at most this many points
+
+
+def flag_settings(flags, config: dict) -> dict:
+    """An entry's flags as {config field: value as written}, for the fields `config` has: "--a-b V" or "--a-b=V" ->
+    a_b: "V", "--a-b V W" -> a_b: ["V", "W"], "--a-b" -> a_b: True, "--no-a-b" -> a_b: False."""
+    settings, i = {}, 0
+    while i < len(flags):
+        name, equals, value = flags[i].removeprefix("--").partition("=")
+        name, values = name.replace("-", "_"), [value] if equals else []
+        i += 1
+        while i < len(flags) and not flags[i].startswith("--"):
+            values.append(flags[i])
+            i += 1
+        if values:
+            settings[name] = values if isinstance(config.get(name), list) else values[0]
+        elif name.startswith("no_") and name not in config:
+            settings[name[3:]] = False
+        else:
+            settings[name] = True
+    return {k: v for k, v in settings.items() if k in config}
+
+
+def same_setting(saved, written) -> bool:
+    """Whether a config.json value is the value a flag wrote (5e-4 and 0.0005 are the same)."""
+    if isinstance(saved, list) and isinstance(written, list):
+        return len(saved) == len(written) and all(map(same_setting, saved, written))
+    if isinstance(saved, bool) or isinstance(written, bool):
+        return saved == written
+    try:
+        return float(saved) == float(written)
+    except (TypeError, ValueError):
+        return str(saved) == str(written)
+
+
+def check_config(e: Entry, config: dict, where):
+    """SuiteError if a run's config.json (of a run directory or a record at `where`) has other settings than the
+    entry's."""
+    wanted = {"algo": SCRIPT_ALGO[e.algo], "env": e.env, "total_timesteps": e.total_timesteps,
+              "num_seeds": e.num_seeds, "seed": e.seed}
+    differ = [f"{k} {config.get(k)!r} (suite: {v!r})" for k, v in wanted.items() if config.get(k) != v]
+    differ += [f"--{k.replace('_', '-')} {config[k]!r} (suite: {v!r})"
+               for k, v in flag_settings(e.flags, config).items() if not same_setting(config[k], v)]
+    if differ:
+        raise SuiteError(f"{shown(where)} was made with {', '.join(differ)}: delete it, or use another "
+                         f"{'--records' if where.endswith('.json') else '--out-dir'}")
+
+
+def read_json(run_dir, name) -> dict:
+    """A JSON file of a run directory; {} where there is none."""
+    path = os.path.join(run_dir, name)
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
+def read_curve(run_dir, points=CURVE_POINTS):
+    """metrics.csv binned into at most `points` stretches of iterations: -> (env steps at each stretch's end,
+    (seeds, points) mean return of the episodes that ended in it, NaN where none did)."""
+    with open(os.path.join(run_dir, "metrics.csv"), newline="") as f:
+        rows = list(csv.DictReader(f))
+    seeds = sorted({int(r["seed"]) for r in rows})
+    iterations = max(int(r["iteration"]) for r in rows)  # counted from 1
+    returns = np.full((len(seeds), iterations), np.nan)
+    episodes = np.zeros((len(seeds), iterations))
+    steps = np.zeros(iterations)
+    where = {s: i for i, s in enumerate(seeds)}
+    for r in rows:
+        i, u = where[int(r["seed"])], int(r["iteration"]) - 1
+        returns[i, u], episodes[i, u], steps[u] = float(r["episode_return"]), float(r["episodes"]), \
+            float(r["env_steps"])
+    edges = np.linspace(0, iterations, min(points, iterations) + 1).astype(int)
+    total = np.add.reduceat(np.nan_to_num(returns) * episodes, edges[:-1], axis=1)
+    count = np.add.reduceat(episodes, edges[:-1], axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        binned = np.where(count > 0, total / count, np.nan)
+    return steps[edges[1:] - 1], binned
+
+
+def record_path(records, e: Entry) -> str | None:
+    return None if records is None else os.path.join(records, f"{e.name}.json")
+
+
+def write_record(e: Entry, run_dir, records) -> str:
+    """A finished run's record: config.json, summary.json, the runner's MACHINE_FILE and the binned curve of
+    metrics.csv, in one JSON file (NaN as null, paths relative to the repository: `portable`), written whole or not
+    at all; -> its path."""
+    steps, returns = read_curve(run_dir)
+    record = {"config": portable(read_json(run_dir, "config.json")),
+              "summary": portable(read_json(run_dir, "summary.json")),
+              "run": portable(read_json(run_dir, MACHINE_FILE)),
+              "curve": {"env_steps": steps.tolist(),
+                        "episode_return": [[None if np.isnan(v) else v for v in row] for row in returns.tolist()]}}
+    path = record_path(records, e)
+    os.makedirs(records, exist_ok=True)
+    with replaced(path) as f:
+        json.dump(record, f, separators=(",", ":"))
+    return path
+
+
+def _kind(value) -> str:
+    """A JSON value's kind, as a message names it."""
+    if isinstance(value, bool):
+        return "a boolean"
+    return {dict: "an object", list: "a list", str: "a string", type(None): "null", int: "a number",
+            float: "a number"}.get(type(value), type(value).__name__)
+
+
+def _number(value, null=False) -> bool:
+    return (null and value is None) or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
+def _numbers(value, null=False) -> bool:
+    return isinstance(value, list) and all(_number(v, null) for v in value)
+
+
+def record_problem(record) -> str | None:
+    """What keeps a parsed record from being read (the fields the runner and the report use), in a few words; None
+    if nothing does. Keys beyond these are let be."""
+    if not isinstance(record, dict):
+        return f"it holds {_kind(record)}, not an object"
+    for key in ("config", "summary", "run", "curve"):
+        if key not in record:
+            return f'it has no "{key}"'
+        if not isinstance(record[key], dict):
+            return f'"{key}" is {_kind(record[key])}, not an object'
+    summary, run, curve = record["summary"], record["run"], record["curve"]
+    if summary:  # {}: a run that never finished, read as no record
+        for key in ("eval_return", "final_return"):
+            if key not in summary:
+                return f'"summary" has no "{key}"'
+            if not _numbers(summary[key], null=True):
+                return (f'"summary.{key}" is {_kind(summary[key])}, not a list of numbers' if not
+                        isinstance(summary[key], list) else f'"summary.{key}" holds other than numbers (or null)')
+        for key, null in (("num_seeds", False), ("env_steps", False), ("train_s", True), ("compile_s", True)):
+            if not _number(summary.get(key), null):
+                return f'"summary" has no "{key}"' if key not in summary else \
+                    f'"summary.{key}" is {_kind(summary[key])}, not a number'
+    machine = run.get("machine")
+    if machine:
+        if not isinstance(machine, dict):
+            return f'"run.machine" is {_kind(machine)}, not an object'
+        for key in ("cpu", "cores", "jax"):
+            if key not in machine:
+                return f'"run.machine" has no "{key}"'
+    sampled = run.get("sampled_eval")
+    if sampled is not None and not (isinstance(sampled, dict) and _number(sampled.get("episodes"))
+                                    and _numbers(sampled.get("per_seed"))):
+        return '"run.sampled_eval" is not {"episodes": a number, "per_seed": a list of numbers}'
+    steps, rows = curve.get("env_steps"), curve.get("episode_return")
+    if not _numbers(steps):
+        return '"curve.env_steps" is not a list of numbers'
+    if not (isinstance(rows, list) and all(_numbers(row, null=True) and len(row) == len(steps) for row in rows)):
+        return f'"curve.episode_return" is not a list of rows of {len(steps)} numbers (or null), one per seed'
+    return None
+
+
+def read_record(e: Entry, records) -> dict | None:
+    """An entry's record, or None where there is none; SuiteError (one line naming the file and what is wrong) if
+    it cannot be read, is not of a record's shape (`record_problem`) or was made for other settings. A record stands
+    for a finished run, so a broken one is refused rather than skipped: skipping would rerun the entry, or leave it
+    out of the report, without a word."""
+    path = record_path(records, e)
+    if path is None or not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except (OSError, ValueError) as error:
+        problem = str(error)
+    else:
+        problem = record_problem(record)
+    if problem:
+        raise SuiteError(f"{shown(path)} cannot be read ({problem}): delete it to run {e.name} again")
+    check_config(e, record["config"], path)
+    return record if record["summary"] else None

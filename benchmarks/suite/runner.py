@@ -1,0 +1,162 @@
+"""Running a suite's entries: each through its script's command line in a subprocess, as a user runs it (fresh, or
+resumed where it stopped), nothing finished run again, each finished run recorded."""
+
+import datetime
+import importlib.metadata
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+from scanrl.harness.files import replaced
+
+from . import repository
+from .entries import Entry
+from .records import MACHINE_FILE, check_config, read_json, read_record, record_path, write_record
+from .repository import portable, shown
+
+
+def machine() -> dict:
+    """This machine as the report names it: CPU model and cores, JAX's devices and version. JAX is asked in a
+    subprocess, so this process never holds an accelerator the runs need."""
+    cpu = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    probe = ("import json, jax; d = jax.devices(); "
+             "print(json.dumps({'backend': jax.default_backend(), 'devices': [x.device_kind for x in d]}))")
+    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    try:
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=300)
+        jax_info = json.loads(out.stdout.strip().splitlines()[-1])
+    except (subprocess.TimeoutExpired, ValueError, IndexError):
+        jax_info = {"backend": "unknown", "devices": []}
+    return {"cpu": cpu, "cores": len(os.sched_getaffinity(0)), **jax_info,
+            "jax": importlib.metadata.version("jax"), "python": sys.version.split()[0]}
+
+
+def check_run_dir(e: Entry, run_dir):
+    """SuiteError if an existing run directory was made for other settings than the entry's."""
+    try:
+        with open(os.path.join(run_dir, "config.json")) as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return  # no config: the run never started; the script refuses or resumes it as it sees fit
+    check_config(e, config, run_dir)
+
+
+def command(e: Entry, out_dir, run_dir) -> list[str]:
+    """The script's command line for an entry: a fresh run, or --resume of its run directory."""
+    if os.path.isdir(run_dir) and os.listdir(run_dir):
+        return [sys.executable, e.script, "--resume", run_dir]
+    return [sys.executable, e.script, "--env", e.env, "--total-timesteps", str(e.total_timesteps), "--num-seeds",
+            str(e.num_seeds), "--seed", str(e.seed), "--out-dir", out_dir, "--run-name", e.name, *e.flags]
+
+
+def evaluate_sampled(e: Entry, run_dir, head) -> bool:
+    """Adds the final policies' returns with actions sampled (`--eval-sampled`, `e.sampled_episodes` episodes per
+    seed) to the run's MACHINE_FILE, unless it holds them already or the entry asks for none; False if it failed."""
+    path = os.path.join(run_dir, MACHINE_FILE)
+    run = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            run = json.load(f)
+    if e.sampled_episodes <= 0 or run.get("sampled_eval", {}).get("episodes") == e.sampled_episodes:
+        return True
+    cmd = [sys.executable, e.script, "--eval", run_dir, "--eval-sampled", "--eval-episodes", str(e.sampled_episodes)]
+    print(f"{head}: the sampled policies, {e.sampled_episodes} episodes per seed: python {' '.join(cmd[1:])}",
+          flush=True)
+    done = subprocess.run(cmd, cwd=repository.ROOT, capture_output=True, text=True)
+    means = [float(m) for m in re.findall(r"^seed \S+ \(index \d+\): mean (\S+)", done.stdout, re.MULTILINE)]
+    if done.returncode != 0 or len(means) != e.num_seeds:
+        why = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        print(f"{head}: the sampled evaluation failed ({why})", flush=True)
+        return False
+    run["sampled_eval"] = {"episodes": e.sampled_episodes, "per_seed": means}
+    with replaced(path) as f:
+        json.dump(run, f, indent=2)
+    print(f"{head}: sampled policies' mean return per seed: {' '.join(f'{m:.2f}' for m in means)}", flush=True)
+    return True
+
+
+def run_entries(entries, out_dir, records=None, write_records=True) -> list[str]:
+    """Runs each entry that has neither a summary.json nor a record in `records` yet (fresh or resumed), recording
+    each finished run there (None: none; `write_records` False: the records are read, not written); -> the names
+    that failed."""
+    os.makedirs(out_dir, exist_ok=True)
+    for e in entries:  # refuse a mismatched directory or record before spending time on any run
+        if os.path.isdir(os.path.join(out_dir, e.name)):
+            check_run_dir(e, os.path.join(out_dir, e.name))
+        read_record(e, records)
+    failed, this_machine = [], None
+    for i, e in enumerate(entries):
+        run_dir = os.path.join(out_dir, e.name)
+        head = f"[{i + 1}/{len(entries)}] {e.name}"
+        if os.path.exists(os.path.join(run_dir, "summary.json")):
+            print(f"{head}: finished before ({run_dir}/summary.json), not rerun", flush=True)
+            if not evaluate_sampled(e, run_dir, head):
+                failed.append(e.name)
+            elif write_records and records is not None and \
+                    (read_record(e, records) or {}).get("run") != portable(read_json(run_dir, MACHINE_FILE)):
+                print(f"{head}: recorded in {shown(write_record(e, run_dir, records))}", flush=True)
+            continue
+        if read_record(e, records) is not None:
+            print(f"{head}: finished before ({shown(record_path(records, e))}), not rerun", flush=True)
+            continue
+        this_machine = this_machine or machine()
+        if e.gpu_only and this_machine.get("backend") != "gpu":
+            print(f"{head}: skipped, it needs a GPU and JAX sees {this_machine.get('backend')} here", flush=True)
+            continue
+        missing = envs_missing(e.env)
+        if missing:
+            print(f"{head}: skipped, {missing}", flush=True)
+            continue
+        cmd = command(e, out_dir, run_dir)
+        resumed = "--resume" in cmd
+        print(f"{head}: {'resuming' if resumed else 'running'}: python {' '.join(cmd[1:])}", flush=True)
+        start = time.perf_counter()
+        process = subprocess.Popen(cmd, cwd=repository.ROOT)
+        try:
+            code = process.wait()
+        except KeyboardInterrupt:
+            # The run got the Ctrl-C too: it stops where its chunk ends, with a checkpoint. Wait for that (a second
+            # Ctrl-C stops both at once); the next invocation resumes it.
+            print(f"{head}: stopping where its chunk ends (Ctrl-C again: at once)", flush=True)
+            process.wait()
+            raise
+        wall_s = time.perf_counter() - start
+        if code != 0 or not os.path.exists(os.path.join(run_dir, "summary.json")):
+            print(f"{head}: failed (exit {code}); run this script again to resume it", flush=True)
+            failed.append(e.name)
+            continue
+        with replaced(os.path.join(run_dir, MACHINE_FILE)) as f:
+            json.dump({"machine": this_machine, "wall_s": wall_s, "resumed": resumed,
+                       "finished": datetime.datetime.now().isoformat(timespec="seconds")}, f, indent=2)
+        print(f"{head}: done in {wall_s:.0f} s", flush=True)
+        if not evaluate_sampled(e, run_dir, head):
+            failed.append(e.name)
+        elif records is not None and write_records:
+            print(f"{head}: recorded in {shown(write_record(e, run_dir, records))}", flush=True)
+        elif records is not None:
+            print(f"{head}: not recorded in {shown(records)} (a partial run: --record commits its record)",
+                  flush=True)
+    return failed
+
+
+# The optional suites by id prefix: (package, requirements file). scanrl/envs/<suite>.py knows the same, but importing
+# envs imports gymnax, which starts JAX in this process: the runs need the accelerator to themselves.
+SUITE_PACKAGES = {"brax/": ("brax", "brax"), "playground/": ("mujoco_playground", "playground"),
+                  "Craftax-": ("craftax", "craftax"), "MiniGrid-": ("xminigrid", "xminigrid")}
+
+
+def envs_missing(env_id) -> str | None:
+    """Why an entry's env cannot be made here (an optional suite not installed), or None."""
+    for prefix, (package, suite) in SUITE_PACKAGES.items():
+        if env_id.startswith(prefix) and importlib.util.find_spec(package) is None:
+            return f"it needs {package}: pip install -r requirements-{suite}.txt"
+    return None
