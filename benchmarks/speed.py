@@ -40,8 +40,8 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import tyro  # noqa: E402
 
+from scanrl.harness.agents import seed_keys  # noqa: E402
 from scanrl.harness.contract import load_script  # noqa: E402
-from scanrl.harness.scale import seed_keys  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scanrl import harness
-from scanrl.harness.run import piece_length
-from scanrl.harness.scale import seed_keys
+from scanrl.harness.agents import seed_keys
+from scanrl.harness.job import piece_length
 
 SCRIPTS = ("ppo", "reinforce", "td3", "dqn_tabular_q", "pqn")
 
@@ -98,9 +98,9 @@ def test_an_allocation_that_still_fails_is_one_line_exit_1(tmp_path, capsys, mon
     """Where the memory check cannot see a failure coming (here: it is told there are 10 PB), XLA's
     RESOURCE_EXHAUSTED becomes one line naming the flags to lower, exit 1, no traceback."""
     import ppo
-    from scanrl.harness import scale
+    from scanrl.harness import memory
 
-    monkeypatch.setattr(scale, "available_memory", lambda device: (10**16, "this host"))
+    monkeypatch.setattr(memory, "available_memory", lambda device: (10**16, "this host"))
     with pytest.raises(SystemExit) as exited:
         ppo.main(ppo.Config(hidden_size=1_000_000, out_dir=str(tmp_path / "runs")))
     err = capsys.readouterr().err.strip().splitlines()
@@ -173,7 +173,7 @@ import os, runpy, signal, sys
 sys.path.insert(0, {root!r})
 sys.argv = ["ppo.py", *{flags!r}]
 import jax.stages
-import scanrl.harness.checkpoints, scanrl.harness.records
+import scanrl.harness.checkpoints, scanrl.harness.metrics
 from scanrl import harness
 
 def die():
@@ -183,12 +183,12 @@ moment = {moment!r}
 if moment == "compile":  # as XLA starts compiling the training chunk; the run directory is claimed
     jax.stages.Lowered.compile = lambda self, *args, **kwargs: die()
 elif moment == "mid-chunk":  # in the last chunk (iterations 13-16), after iteration 14's progress line
-    emit = harness.records.Progress._emit
+    emit = harness.metrics.Progress._emit
     def _emit(self, iteration, *args):
         emit(self, iteration, *args)
         if iteration == 13:
             die()
-    harness.records.Progress._emit = _emit
+    harness.metrics.Progress._emit = _emit
 else:  # "first-checkpoint-write": as orbax writes the run's first checkpoint in its background thread
     save = harness.checkpoints.Checkpoints.save
     def _save(self, step, *args, **kwargs):

@@ -25,8 +25,8 @@ from conftest import ROOT, read_run
 from PIL import Image
 
 from scanrl import harness
+from scanrl.harness.agents import seed_keys
 from scanrl.harness.checkpoints import Checkpoints
-from scanrl.harness.scale import seed_keys
 
 # Per case (a script, and for dqn_tabular_q a learner): its module, a tiny run of 4 iterations with 2 agents, and what
 # plants a NaN: a learning rate that makes training diverge after at least one good iteration. These were found by
@@ -362,8 +362,8 @@ def test_help_lists_the_shared_flags_and_what_can_be_swept(run_script):
     assert quick.stdout == result.stdout and quick.stderr.strip() == "jax imported: False"
     full = ("import sys\n"
             f"sys.argv = [{str(ROOT / 'ppo.py')!r}, '--help']\n"
-            "import ppo\nimport scanrl.harness.run\n"
-            "scanrl.harness.run.parse_flags(ppo.ALGORITHM)\n")  # the parse after the heavy imports
+            "import ppo\nimport scanrl.harness.cli\n"
+            "scanrl.harness.cli.parse_flags(ppo.ALGORITHM)\n")  # the parse after the heavy imports
     slow = subprocess.run([sys.executable, "-c", full], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert slow.stdout == result.stdout
     for flag in ("--env", "--seed", "--num-seeds", "--total-timesteps", "--track", "--wandb-project",
@@ -641,7 +641,7 @@ def test_resume_holds_config_json_to_the_config_its_checkpoint_was_trained_with(
     the field with the checkpoint's value."""
     import ppo
     from scanrl.harness.checkpoints import trained_config
-    from scanrl.harness.flags import resumed_config
+    from scanrl.harness.saved import resumed_config
 
     run_dir = copy_run(finished_runs, "ppo", tmp_path)
     (run_dir / "summary.json").unlink()
@@ -718,14 +718,16 @@ def test_a_signal_during_compilation_stops_before_training_saying_nothing_was_tr
                                                                                        monkeypatch):
     """SIGTERM while the program compiles used to train the whole first chunk first."""
 
-    compile_training = harness.run.compile_training
+    from scanrl.harness import train
+
+    compile_job = train.compile_job
 
     def compile_then_signal(*args):
-        compiled = compile_training(*args)
+        compiled = compile_job(*args)
         os.kill(os.getpid(), signal.SIGTERM)
         return compiled
 
-    monkeypatch.setattr(harness.run, "compile_training", compile_then_signal)
+    monkeypatch.setattr(train, "compile_job", compile_then_signal)
     module, config = tiny_config("ppo", tmp_path / "runs", run_name="stopped")
     code, err = exit_code_and_error(capsys, module.main, config)
     run_dir = tmp_path / "runs" / "stopped"
@@ -741,7 +743,7 @@ def test_a_signal_in_a_single_chunk_run_stops_where_the_iterations_under_way_end
     chunk under way (here 1 iteration), with metrics and a checkpoint, and --resume ends with the uninterrupted
     run's metrics. While it trains, the run holds its directory: another trainer is refused, naming its pid."""
     from scanrl.harness.files import LOCK_NAME, RunLock
-    from scanrl.harness.records import Progress
+    from scanrl.harness.metrics import Progress
 
     show, shown = Progress.show, []
 
@@ -769,7 +771,7 @@ def test_a_signal_in_a_single_chunk_run_stops_where_the_iterations_under_way_end
 def test_a_second_signal_stops_at_once_in_one_line(tmp_path, capsys, monkeypatch):
     """The second Ctrl-C or SIGTERM ends the run at once: one line and 128 + the signal (it was a KeyboardInterrupt
     traceback)."""
-    from scanrl.harness.records import Progress
+    from scanrl.harness.metrics import Progress
 
     monkeypatch.setattr(Progress, "show", lambda self, *args: [os.kill(os.getpid(), signal.SIGTERM)
                                                                for _ in range(2)])
@@ -841,7 +843,7 @@ def test_of_many_claims_on_one_run_directory_exactly_one_wins(tmp_path):
     run directory (the old check-then-create let two runs write one metrics.csv)."""
     import threading
 
-    from scanrl.harness.records import claim_run_directory
+    from scanrl.harness.rundir import claim_run_directory
 
     start, results = threading.Barrier(16), []
 
@@ -881,8 +883,10 @@ def test_default_run_names_of_runs_started_in_the_same_second_differ(tmp_path, m
 
     import ppo
 
-    # One second for both runs (the records module's clock only).
-    monkeypatch.setattr(harness.records, "time", types.SimpleNamespace(time=lambda: 1_800_000_000.0,
+    # One second for both runs (the run directory module's clock only).
+    from scanrl.harness import rundir
+
+    monkeypatch.setattr(rundir, "time", types.SimpleNamespace(time=lambda: 1_800_000_000.0,
                                                                       perf_counter=time.perf_counter))
     config = ppo.Config(**{**CASES["ppo"][1], "num_seeds": 1, "out_dir": str(tmp_path)})
     for _ in range(2):
@@ -895,7 +899,7 @@ def test_resume_takes_logging_flags_given_at_their_defaults(finished_runs, tmp_p
     """A run directory saved with --track (someone else's, say) resumes with --no-track: a flag the command line
     names wins, although it equals the default."""
     import ppo
-    from scanrl.harness.flags import given_fields, resumed_config
+    from scanrl.harness.saved import given_fields, resumed_config
 
     run_dir = copy_run(finished_runs, "ppo", tmp_path)
     saved = json.loads((run_dir / "config.json").read_text())
@@ -939,11 +943,12 @@ def test_a_failed_write_stops_with_one_line_and_the_run_resumes(writer, finished
     import errno
 
     import ppo
+    from scanrl.harness import train
     from scanrl.harness.checkpoints import Checkpoints
-    from scanrl.harness.records import MetricsCsv, RunDirectory
+    from scanrl.harness.metrics import MetricsCsv
 
     target = {"metrics": (MetricsCsv, "append"), "checkpoint": (Checkpoints, "save"),
-              "summary": (RunDirectory, "write_summaries")}[writer]
+              "summary": (train, "write_summaries")}[writer]
     original, calls = getattr(*target), []
 
     def fail_on_the_third_call(*args, **kwargs):

@@ -1,6 +1,6 @@
-"""scanrl/harness/records.py's plots and per-run figures: learning curves carry each seed's return forward from its
-latest finished episodes (no gaps, never empty), count the seeds they cover, and a sweep's points share one plot; and
-benchmarks/seed_curves.py, every seed's curve of a run."""
+"""scanrl/harness/plots.py (and summaries.py's final returns): learning curves carry each seed's return forward from
+its latest finished episodes (no gaps, never empty), count the seeds they cover, and a sweep's points share one plot;
+and benchmarks/seed_curves.py, every seed's curve of a run."""
 
 import csv
 import importlib.util
@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-from scanrl.harness import records
+from scanrl.harness import plots, summaries
+from scanrl.harness.metrics import MetricsCsv, Progress
 
 NAN = np.nan
 
@@ -24,10 +25,10 @@ def figures(monkeypatch):
         made.append(fig)
         return path
 
-    monkeypatch.setattr(records, "_save", keep)
+    monkeypatch.setattr(plots, "save_figure", keep)
     yield made
     for fig in made:
-        records._pyplot().close(fig)
+        plots._pyplot().close(fig)
 
 
 def sparse_metrics(num_seeds=3, iterations=40, every=7):
@@ -45,17 +46,17 @@ def legend_texts(ax):
 
 
 def test_carry_forward_holds_each_rows_last_value():
-    got = records.carry_forward(np.array([[NAN, 1.0, NAN, NAN, 3.0], [2.0, NAN, NAN, 4.0, NAN]]))
+    got = plots.carry_forward(np.array([[NAN, 1.0, NAN, NAN, 3.0], [2.0, NAN, NAN, 4.0, NAN]]))
     np.testing.assert_array_equal(got, [[NAN, 1.0, 1.0, 1.0, 3.0], [2.0, 2.0, 2.0, 4.0, 4.0]])
 
 
 def test_curve_has_no_gap_once_every_seed_finished_an_episode(figures):
     metrics = sparse_metrics()
-    start, mean, half, low, high = records.mean_band(records.carried_returns(metrics))
+    start, mean, half, low, high = plots.mean_band(plots.carried_returns(metrics))
     assert start == 3  # seed 2's first episode ends in row 3
     assert not np.isnan(mean).any() and not np.isnan(half).any() and np.all(low <= mean) and np.all(mean <= high)
     np.testing.assert_allclose(mean[0], np.mean([10.0, 20.0, 30.0]))
-    records.plot_learning_curve("unused.png", metrics, "t")
+    plots.plot_learning_curve("unused.png", metrics, "t")
     (ax,) = figures[0].axes  # episode length is constant: no second panel
     (mean_line,) = [line for line in ax.get_lines() if line.get_label() == "mean over 3 seeds"]
     assert np.isfinite(mean_line.get_ydata()).all() and len(mean_line.get_ydata()) == 37
@@ -65,19 +66,19 @@ def test_curve_has_no_gap_once_every_seed_finished_an_episode(figures):
 def test_legend_counts_only_seeds_with_a_finished_episode(figures):
     metrics = sparse_metrics(num_seeds=3)
     metrics["episode_return"][1] = NAN
-    records.plot_learning_curve("unused.png", metrics, "t")
+    plots.plot_learning_curve("unused.png", metrics, "t")
     assert "mean over 2 seeds of 3 (the others finished no episode)" in legend_texts(figures[0].axes[0])
 
 
 def test_one_seed_is_one_seed(figures):
-    records.plot_learning_curve("unused.png", sparse_metrics(num_seeds=1), "t")
+    plots.plot_learning_curve("unused.png", sparse_metrics(num_seeds=1), "t")
     assert legend_texts(figures[0].axes[0]) == ["1 seed"]
 
 
 def test_a_run_without_episodes_says_so(figures):
     metrics = sparse_metrics()
     metrics["episode_return"][:] = NAN
-    records.plot_learning_curve("unused.png", metrics, "t")
+    plots.plot_learning_curve("unused.png", metrics, "t")
     (text,) = figures[0].axes[0].texts
     assert text.get_text().startswith("no episode ended in 4,000 env steps")
 
@@ -87,22 +88,22 @@ def test_episode_length_panel_where_the_return_is_flat(figures):
     metrics["episode_return"] = np.where(np.isnan(metrics["episode_return"]), NAN, 1.0)  # a goal env
     metrics["episode_length"] = np.where(np.isnan(metrics["episode_return"]), NAN,
                                          np.linspace(200, 18, metrics["episode_return"].shape[1]))
-    records.plot_learning_curve("unused.png", metrics, "t")
+    plots.plot_learning_curve("unused.png", metrics, "t")
     assert [ax.get_ylabel() for ax in figures[0].axes] == ["episode return", "episode length"]
 
 
 def test_learning_curve_png_is_written(tmp_path):
-    path = records.plot_learning_curve(str(tmp_path / "learning_curve.png"), sparse_metrics(), "t")
+    path = plots.plot_learning_curve(str(tmp_path / "learning_curve.png"), sparse_metrics(), "t")
     assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n" and not (tmp_path / "learning_curve.png.tmp").exists()
 
 
 def test_sweep_plot_names_every_point_on_shared_axes(figures):
-    curves = [records.carried_returns(sparse_metrics()), None]
+    curves = [plots.carried_returns(sparse_metrics()), None]
     steps = sparse_metrics()["env_steps"][0]
-    records.plot_sweep("unused.png", steps, curves, ["lr=0.001", "lr=0.0003"], "t", 3)
+    plots.plot_sweep("unused.png", steps, curves, ["lr=0.001", "lr=0.0003"], "t", 3)
     (ax,) = figures[0].axes
     assert legend_texts(ax) == ["lr=0.001: mean over 3 seeds", "lr=0.0003: no episode ended"]
-    low, high = records.shared_ylim([c for c in curves if c is not None])
+    low, high = plots.shared_ylim([c for c in curves if c is not None])
     assert low < 10.0 and high > 390.0
 
 
@@ -110,7 +111,7 @@ def test_final_return_falls_back_to_the_last_finished_episode():
     metrics = sparse_metrics(num_seeds=2, iterations=40, every=30)  # episodes end at rows 1, 31 and 2, 32
     metrics["episode_return"][1, 32] = NAN
     metrics["episodes"][1, 32] = 0
-    final, fallback = records.final_returns(metrics, with_fallback=True)
+    final, fallback = summaries.final_returns(metrics, with_fallback=True)
     np.testing.assert_array_equal(fallback, [True, True])  # the last 4 rows hold no episode
     np.testing.assert_array_equal(final, [310.0, 20.0])
 
@@ -118,7 +119,7 @@ def test_final_return_falls_back_to_the_last_finished_episode():
 def test_metrics_csv_writes_counts_as_integers(tmp_path):
     metrics = {"env_steps": np.array([[512.0]]), "episodes": np.array([[21.0]], np.float32),
                "episode_return": np.array([[20.5]])}
-    records.MetricsCsv(str(tmp_path / "metrics.csv"), list(metrics), [0]).append(0, metrics)
+    MetricsCsv(str(tmp_path / "metrics.csv"), list(metrics), [0]).append(0, metrics)
     rows = list(csv.reader(open(tmp_path / "metrics.csv")))
     assert rows == [["seed", "iteration", "env_steps", "episodes", "episode_return"], ["0", "1", "512", "21", "20.5"]]
 
@@ -131,7 +132,7 @@ def test_progress_lines_carry_returns_forward(capsys):
     import jax.numpy as jnp
 
     config = SimpleNamespace(seed=0, num_seeds=2)
-    progress = records.Progress(config, [{}], np.arange(2), [], ("env_steps", "episode_return"), period=2)
+    progress = Progress(config, [{}], np.arange(2), [], ("env_steps", "episode_return"), period=2)
     returns = jnp.array([[NAN, NAN, 5.0, NAN, NAN, NAN], [NAN, NAN, NAN, 7.0, NAN, NAN]])
     rows = {"env_steps": jnp.tile(jnp.arange(1, 7) * 10.0, (2, 1)), "episode_return": returns}
     progress.show(0, 6, rows)

@@ -57,7 +57,9 @@ def test_the_harness_writes_no_file_through_a_planted_link(tmp_path):
 
     from scanrl.envs.gridworld import GridWorld, write_q_values
     from scanrl.harness.files import folder
-    from scanrl.harness.records import MetricsCsv, plot_learning_curve, write_json
+    from scanrl.harness.metrics import MetricsCsv
+    from scanrl.harness.plots import plot_learning_curve
+    from scanrl.harness.rundir import write_json
 
     victim = tmp_path / "victim"
     victim.write_text("precious")
@@ -107,7 +109,7 @@ def test_summary_json_is_valid_json_with_nan_as_null(tmp_path):
 
     import numpy as np
 
-    from scanrl.harness.records import write_json
+    from scanrl.harness.rundir import write_json
 
     write_json(str(tmp_path / "summary.json"), {"a": float("nan"), "b": [np.float32("inf"), 1.5], "c": {"d": np.nan}})
     text = (tmp_path / "summary.json").read_text()
@@ -117,7 +119,7 @@ def test_summary_json_is_valid_json_with_nan_as_null(tmp_path):
 
 @pytest.mark.parametrize("layout", ["v2", "v1", "v2 unlimited", "v1 unlimited", "none"])
 def test_the_memory_check_reads_cgroup_v1_and_v2_limits(layout, tmp_path):
-    from scanrl.harness.scale import cgroup_memory_left
+    from scanrl.harness.memory import cgroup_memory_left
 
     files = {"v2": {"memory.max": "8000\n", "memory.current": "3000\n"},
              "v1": {"memory/memory.limit_in_bytes": "8000\n", "memory/memory.usage_in_bytes": "3000\n"},
@@ -140,10 +142,10 @@ def test_too_many_agents_are_refused_before_anything_is_made_per_agent(num_seeds
     """The agent count is checked before the agents' keys exist: 2**31 seeds used to take 10 GB and two minutes
     with no output, 10**8 seeds 9.4 GB before the memory check refused them."""
     import ppo
-    from scanrl.harness import scale
+    from scanrl.harness import agents
 
     made = []
-    monkeypatch.setattr(scale, "seed_keys", lambda config: made.append(config) or pytest.fail("keys were made"))
+    monkeypatch.setattr(agents, "seed_keys", lambda config: made.append(config) or pytest.fail("keys were made"))
     with pytest.raises(SystemExit) as exited:
         ppo.main(ppo.Config(num_seeds=num_seeds, out_dir=str(tmp_path / "runs")))
     err = capsys.readouterr().err.strip().splitlines()
@@ -219,7 +221,7 @@ def test_the_compile_cache_is_used_only_in_a_folder_no_one_else_can_write(tmp_pa
 
 def test_a_sweep_says_which_flags_its_values_override():
     import ppo
-    from scanrl.harness.scale import sweep_overrides, sweep_points
+    from scanrl.harness.sweeps import sweep_overrides, sweep_points
 
     config = ppo.Config(learning_rate=1e-3, sweep=("lr=1e-3,3e-4",))
     assert sweep_overrides(ppo.ALGORITHM, config, sweep_points(ppo.ALGORITHM, config)) == [

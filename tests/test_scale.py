@@ -1,4 +1,5 @@
-"""Scale out (scanrl/harness/scale.py): agents sharded over devices, a multi-process run, and --sweep.
+"""Scale out (scanrl/harness/agents.py, sweeps.py, processes.py): agents sharded over devices, a multi-process run,
+and --sweep.
 
 The reference for every comparison is a one-device run made in this process with `main(Config(...))`. A run on 2
 devices gives each device the one-device program for its own agents, so its metrics equal, bit for bit, the one-device
@@ -21,7 +22,8 @@ from conftest import ROOT
 from test_harness import CASES, cli_flags, exit_code_and_error, read_csv, tiny_config
 
 from scanrl import harness
-from scanrl.harness.scale import agent_layout, agent_parts, choose_devices, point_label, sweep_points
+from scanrl.harness.agents import agent_layout, choose_devices
+from scanrl.harness.sweeps import agent_parts, point_label, sweep_points
 
 # Per case: a sweepable field and two of its values, and a field that sets array shapes or a loop length.
 SWEEPS = {

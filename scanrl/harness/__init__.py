@@ -4,20 +4,31 @@ A script holds one algorithm (its `Config`, networks, `make_train_parts(config) 
 policy and the checks that belong to it) and hands it over as an `Algorithm` to `harness.main`, which does the rest.
 A script meets six names of it: `prepare_jax`, `Flags`, `require`, `ConfigError`, `Algorithm`, `main`.
 
-    algorithm.py    `Algorithm`: what the harness knows of an algorithm
-    flags.py        `Flags` (the flags every script shares), `ConfigError`, checks, --resume's config
-    scale.py        sweeps, agents (sweep points x seeds), devices and processes
-    records.py      the run directory: config.json, metrics.csv, progress lines, learning_curve.png, summary.json
-    tracking.py     wandb
-    checkpoints.py  orbax checkpoints of every agent's whole state
-    stops.py        Ctrl-C / SIGTERM and non-finite values: a run stops where a piece of the scan ends
-    evaluation.py   the deterministic policies' returns, after training and for --eval / --gif
-    run.py          `main`: checks, then the scan of `update` in pieces and chunks, resume, evaluation, summaries
-    contract.py     `python -m scanrl.harness.contract SCRIPT`: the checks a fork must pass
-    compile_cache.py  JAX's persistent compilation cache, on by default
-    aggregate.py    IQM, stratified-bootstrap intervals and performance profiles over seeds and envs
+The modules, each one concern; a module imports only those above it in this list:
 
-    jax_private.py  the two private JAX APIs used (the compile cache's store, the coordination service), isolated
+    flags.py        `Flags` (the flags every script shares), `ConfigError`, `require` and the flag checks
+    algorithm.py    `Algorithm`: what the harness knows of an algorithm
+    files.py        the one way a file is written in a run directory (never through a link), and its lock
+    tracking.py     wandb
+    stops.py        Ctrl-C / SIGTERM and non-finite values: a run stops where a piece of the scan ends
+    aggregate.py    IQM, stratified-bootstrap intervals and performance profiles over seeds and envs
+    jax_private.py  the private JAX APIs used (the compile cache's store, the coordination service), isolated
+    compile_cache.py  JAX's persistent compilation cache, on by default
+    evaluation.py   the programs that measure a policy: the final evaluation, --eval, --eval-sampled
+    processes.py    several processes: joining, heartbeats, a watchdog per collective (imported only then)
+    sweeps.py       --sweep: its points, its checks, each agent's parts of the script
+    agents.py       agents (sweep points x seeds) over the devices; the collectives of a run
+    memory.py       the memory check, before anything is allocated
+    checkpoints.py  orbax checkpoints of every agent's whole state, checked before and on restore
+    saved.py        a run's config.json, read back and held to its checkpoint's (--resume, --eval)
+    metrics.py      metrics.csv and the progress lines (and wandb's live metrics)
+    plots.py        learning_curve.png and a sweep's learning_curves.png
+    rundir.py       the run directory: claimed, owned, its points' folders
+    summaries.py    the end of a run: summary.json, plots, outputs, a sweep's ranking
+    job.py          the one driver: a run's agents and programs (`plan`), compiled (`compile_job`), run in pieces
+    train.py        a new or resumed run, chunk by chunk, then its summaries
+    cli.py          `main`: the command line, checked, then training, --resume or --eval (over the job)
+    contract.py     `python -m scanrl.harness.contract SCRIPT`: the checks a fork must pass (over the job)
 
 Importing the harness makes no JAX backend and changes no environment variable. A script calls
 `harness.prepare_jax(__name__)` before `from scanrl import envs` (gymnax makes a backend on import): XLA_FLAGS are
@@ -31,8 +42,8 @@ import sys
 
 # What `harness.<name>` gives, imported on first use: the package imports no JAX until a script needs it, so a
 # script's first line (prepare_jax) runs at once and --help can be answered before the heavy imports.
-_EXPORTS = {"Algorithm": "algorithm", "ConfigError": "flags", "Flags": "flags", "require": "flags", "check": "run",
-            "main": "run", "start_processes": "scale"}
+_EXPORTS = {"Algorithm": "algorithm", "ConfigError": "flags", "Flags": "flags", "require": "flags", "check": "cli",
+            "main": "cli", "start_processes": "processes"}
 
 __all__ = ["available_cores", "prepare_jax", "print_help", *_EXPORTS]
 
@@ -80,8 +91,8 @@ def prepare_jax(module_name: str):
     if "xla_force_host_platform_device_count" not in flags:
         flags += f" --xla_force_host_platform_device_count={available_cores()}"
     os.environ["XLA_FLAGS"] = flags.strip()
-    if main:
-        from scanrl.harness.scale import start_processes
+    if main and any(arg.split("=")[0] in ("--coordinator-address", "--coordinator_address") for arg in sys.argv[1:]):
+        from scanrl.harness.processes import start_processes  # several processes: joined before any backend
 
         start_processes()
 

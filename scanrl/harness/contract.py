@@ -57,7 +57,7 @@ def tiny_config(algorithm, flags, out_dir):
     iterations in 4 chunks, every checkpoint kept, in `out_dir`."""
     import tyro
 
-    from scanrl.harness.flags import given_fields
+    from scanrl.harness.saved import given_fields
 
     config = tyro.cli(algorithm.config, args=list(flags))
     given = given_fields(algorithm, flags)
@@ -110,7 +110,8 @@ def check_make_train(module, config):
 
 
 def check_name(module, config, whole):
-    from scanrl.harness.flags import ConfigError, read_run_config
+    from scanrl.harness.flags import ConfigError
+    from scanrl.harness.saved import read_run_config
 
     algorithm = module.ALGORITHM
     saved = json.loads(open(os.path.join(whole, "config.json")).read())
@@ -134,8 +135,9 @@ def restored_leaves(module, config, run_dir):
     """Every array of a run's newest checkpoint, and its step."""
     import jax
 
+    from scanrl.harness.agents import abstract_agents, agent_layout
     from scanrl.harness.checkpoints import Checkpoints
-    from scanrl.harness.scale import abstract_agents, agent_layout, agent_parts, sweep_points
+    from scanrl.harness.sweeps import agent_parts, sweep_points
 
     algorithm = module.ALGORITHM
     keys, swept, _ = agent_layout(config, sweep_points(algorithm, config))
@@ -192,8 +194,8 @@ def changed_metrics(algorithm, config, values):
     program with a base point and one point per field (one seed each)."""
     import jax
 
-    from scanrl.harness.run import plan, run_pieces
-    from scanrl.harness.scale import init_agents
+    from scanrl.harness.agents import init_agents
+    from scanrl.harness.job import plan, run_pieces
 
     names = list(values)
     base = {k: getattr(config, k) for k in names}
@@ -214,7 +216,7 @@ def traces_with(algorithm, config, name, value) -> bool:
     """Whether one agent's init, two iterations and evaluation trace with `name` swept (a traced scalar)."""
     import jax
 
-    from scanrl.harness.scale import dtype_of, probe_program
+    from scanrl.harness.sweeps import dtype_of, probe_program
 
     try:
         jax.eval_shape(probe_program(algorithm, config, name), jax.ShapeDtypeStruct((), dtype_of(config, name)))
@@ -228,7 +230,7 @@ def check_fields(module, config):
     --sweep refuses with one line). A field that is read but changes no metric fails: a sweep of it would train
     alike and nothing would say so."""
     from scanrl.harness.flags import ConfigError
-    from scanrl.harness.scale import check_sweep_points, check_swept, sweepable_fields
+    from scanrl.harness.sweeps import check_sweep_points, check_swept, sweepable_fields
 
     algorithm = module.ALGORITHM
     fixed, unread, candidates = [], [], {}
@@ -275,8 +277,8 @@ def main(argv=None) -> int:
         return 0 if argv else 2
     module = load_script(argv[0])
     algorithm = module.ALGORITHM
+    from scanrl.harness.cli import check
     from scanrl.harness.flags import ConfigError
-    from scanrl.harness.run import check
 
     with tempfile.TemporaryDirectory(prefix="scanrl-contract-") as tmp:
         try:

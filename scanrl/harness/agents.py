@@ -1,0 +1,139 @@
+"""The agents of a run (sweep points x seeds) as one program split over the devices of every process: their keys
+and swept values, each agent's parts of the script, the devices, the program over them (shard_map of a vmap), and
+the few collectives a run needs (trivial on one process)."""
+
+import contextlib
+
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+from jax.sharding import PartitionSpec
+
+from scanrl.harness.flags import ConfigError, flag
+from scanrl.harness.sweeps import AgentNames, swept_values
+
+
+def seed_keys(config) -> np.ndarray:
+    """`jax.random.PRNGKey(seed + i)` for every seed of the run, (num_seeds, 2) uint32, in one vmapped call."""
+    seeds = np.arange(config.num_seeds, dtype=np.uint32) + np.uint32(config.seed)
+    return np.asarray(jax.vmap(jax.random.PRNGKey)(seeds))
+
+
+def agent_layout(config, points):
+    """-> (keys, swept {field: (agents,) int32 or float32}, names), one row per agent (point-major); numpy arrays,
+    built in time linear in the agents, and the agents' names made only when asked for."""
+    keys = np.tile(seed_keys(config), (len(points), 1))
+    return keys, swept_values(config, points), AgentNames(config, points)
+
+
+def abstract_agents(parts, keys, swept):
+    """Every agent's initial state as shapes (`parts`: `agent_parts`), what checkpoints restore into."""
+    return jax.eval_shape(jax.vmap(lambda key, values: parts(values)[1](key)), keys, swept)
+
+
+def choose_devices(config, num_agents: int) -> list:
+    """The devices the agents are split over: all of them (every process's), or --num-devices of them; without
+    --num-devices on one process, the most that divide the agents. A split that does not divide is refused."""
+    devices = jax.devices()
+    what = f"{num_agents} agents (--num-seeds x sweep points)"
+    if jax.process_count() > 1:
+        if config.num_devices not in (None, len(devices)) or num_agents % len(devices):
+            raise ConfigError(f"{what} must split evenly over all {len(devices)} devices of the "
+                              f"{jax.process_count()} processes; use a multiple of {len(devices)} agents")
+        return devices
+    if config.num_devices is not None:
+        if config.num_devices > len(devices) and config.resume is not None:
+            raise ConfigError(f"--resume: the run trained on {config.num_devices} devices and this process sees "
+                              f"{len(devices)}; resume it where it sees {config.num_devices} (CPU: XLA_FLAGS="
+                              f"--xla_force_host_platform_device_count={config.num_devices}), or pass --num-devices "
+                              f"{len(devices)} to go on with numbers an uninterrupted run would not give")
+        if config.num_devices > len(devices):
+            raise ConfigError(f"{flag('num_devices')} {config.num_devices}: this process sees {len(devices)} "
+                              "device(s)")
+        if num_agents % config.num_devices:
+            raise ConfigError(f"{what} do not divide over --num-devices {config.num_devices}; use a divisor of "
+                              f"{num_agents}")
+        return devices[:config.num_devices]
+    count = max(d for d in range(1, len(devices) + 1) if num_agents % d == 0)
+    if 1 < num_agents and count < len(devices):  # one agent on one device needs no note
+        print(f"note: {what} do not divide over {len(devices)} devices; running on {count} "
+              "(--num-devices chooses)")
+    return devices[:count]
+
+
+def over_agents(fn, mesh, in_axes):
+    """jit(vmap(fn)) with the agent axis split over the mesh: each device runs the vmapped fn on its own agents
+    (shard_map), with no communication between devices; arguments with in_axes None are replicated."""
+    specs = tuple(PartitionSpec("agents") if a == 0 else PartitionSpec() for a in in_axes)
+    return jax.jit(jax.shard_map(jax.vmap(fn, in_axes=in_axes), mesh=mesh, in_specs=specs,
+                                 out_specs=PartitionSpec("agents"), check_vma=False))
+
+
+def to_agents(tree, sharding):
+    """Numpy arrays holding every agent's rows -> jax Arrays split over the agents' devices (each process places
+    only the rows of its own devices)."""
+    return jax.tree.map(lambda x: jax.make_array_from_callback(x.shape, sharding, lambda i: x[i]), tree)
+
+
+def local_agents(sharding, num_agents) -> list[int]:
+    """The agents this process trains."""
+    return [i for index in sharding.addressable_devices_indices_map((num_agents,)).values()
+            for i in range(num_agents)[index[0]]]
+
+
+def init_agents(init, sharding, keys, swept):
+    """jit(vmap(init)) for each of this process's devices' agents, assembled into arrays split over the agents.
+    Every device's agents are initialised on the first device, one device after the other, then moved: one
+    compile instead of one per device, and never two host devices at once (XLA:CPU, jax 0.10.2, deadlocked
+    running the orthogonal initialiser's QR decompositions on two host devices at once)."""
+    jitted, shards = jax.jit(jax.vmap(init)), []
+    placement = sharding.addressable_devices_indices_map(keys.shape[:1])
+    first = next(iter(placement))
+    for device, index in placement.items():
+        local = jax.device_put((keys[index], {k: v[index] for k, v in swept.items()}), first)
+        shards.append(jax.device_put(jax.block_until_ready(jitted(*local)), device))
+    return jax.tree.map(lambda *xs: jax.make_array_from_single_device_arrays(
+        (len(keys),) + xs[0].shape[1:], sharding, list(xs)), *shards)
+
+
+def collective(what):
+    """Around this process's part of a collective (`what`: where in the run): a multi-process run's watchdog
+    (`harness.processes.peers_within_timeout`); nothing on one process, which never imports it."""
+    if jax.process_count() == 1:
+        return contextlib.nullcontext()
+    from scanrl.harness.processes import peers_within_timeout
+
+    return peers_within_timeout(what)
+
+
+def exit_on_lost_peers():
+    """A multi-process run's guard that turns a lost peer into one line (`harness.processes`); nothing on one."""
+    if jax.process_count() == 1:
+        return contextlib.nullcontext()
+    from scanrl.harness.processes import exit_on_lost_peers as guard
+
+    return guard()
+
+
+def gather(tree, what="the end of a chunk"):
+    """Every agent's values as numpy on this host; with several processes a collective that all of them join."""
+    if jax.process_count() > 1:
+        with collective(what):
+            return multihost_utils.process_allgather(tree, tiled=True)
+    return jax.device_get(tree)
+
+
+def broadcast(value: int) -> int:
+    """Process 0's value of an integer, on every process."""
+    if jax.process_count() == 1:
+        return value
+    with collective("the start of the run"):
+        return int(multihost_utils.broadcast_one_to_all(np.int32(value)))
+
+
+def any_process(value: int) -> int:
+    """The largest of an integer over all processes (e.g. a signal any of them received)."""
+    if jax.process_count() == 1:
+        return value
+    with collective("a chunk's checkpoint"):
+        return int(np.max(multihost_utils.process_allgather(np.int32(value))))

@@ -1,0 +1,182 @@
+"""`main`: a script's command line, checked before anything compiles, then a new run trained, a run resumed
+(--resume) or evaluated (--eval); every error a user can make ends here in its one line and exit code."""
+
+import contextlib
+import dataclasses
+import io
+import os
+import sys
+
+import jax
+import numpy as np
+import tyro
+
+from scanrl.harness import compile_cache
+from scanrl.harness.agents import gather, to_agents
+from scanrl.harness.checkpoints import Checkpoints, require_checkpoints_for_progress, trained_config
+from scanrl.harness.evaluation import eval_policy, evaluation_keys
+from scanrl.harness.files import RunLock
+from scanrl.harness.flags import ConfigError, check_flags, check_paths, description
+from scanrl.harness.job import compile_job, env_failure, plan
+from scanrl.harness.memory import size_flags
+from scanrl.harness.saved import check_trained_config, given_fields, read_run_config, resumed_config
+from scanrl.harness.stops import RunStopped
+from scanrl.harness.sweeps import check_sweep_points, check_swept, sweep_points
+from scanrl.harness.train import train
+
+
+def main(algorithm, config=None):
+    """Runs a script: parses its flags (unless `config` is given), then evaluates a saved run (--eval), resumes one
+    (--resume) or trains a new one. A bad config ends with its one line `error: ...` and exit code 2, before
+    anything is compiled or written; a run stopped early (signal, non-finite values) with its own line and code."""
+    try:
+        given = None  # the fields the command line names; None when `config` is given
+        if config is None:
+            config = parse_flags(algorithm)
+            given = given_fields(algorithm, sys.argv[1:])
+        compile_cache.start(config.compile_cache)
+        if config.eval is not None:
+            evaluate_run(algorithm, config)
+            return
+        with contextlib.ExitStack() as held:
+            if config.resume is not None:
+                if config.process_id == 0 and os.path.isdir(config.resume):  # one owner from here to the end
+                    held.enter_context(RunLock(config.resume, "--resume"))
+                config = resumed_config(algorithm, config, given or (), trained_config(config.resume))
+                require_checkpoints_for_progress(config.resume, algorithm.script)
+            config, points = check(algorithm, config)
+            train(algorithm, config, points)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+    except RunStopped as stopped:
+        print(stopped, file=sys.stderr)
+        if stopped.abandon and given is not None:  # from the command line: nothing of this process is needed
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(stopped.code)
+        sys.exit(stopped.code)
+    except jax.errors.JaxRuntimeError as error:  # an allocation the memory check did not foresee
+        if "RESOURCE_EXHAUSTED" not in str(error):
+            raise
+        cause = str(error).strip().splitlines()[0]
+        print(f"error: out of memory ({cause}): lower {size_flags(algorithm, config)}", file=sys.stderr)
+        sys.exit(1)
+    except Exception as error:  # the user's own env, failing where it is first traced (--eval, the agents' shapes)
+        failure = env_failure(config, error) if config is not None else None
+        if failure is None:
+            raise
+        print(f"error: {failure}", file=sys.stderr)
+        sys.exit(2)
+
+
+def parse_flags(algorithm):
+    """tyro's parse of the command line; its error box (a bad value, an unknown flag) becomes our one line
+    `error: ...` naming the flag, exit 2 as before. --help prints as tyro prints it."""
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            return tyro.cli(algorithm.config, description=describe(algorithm))
+    except SystemExit as exit_:
+        if exit_.code in (0, None):
+            sys.stderr.write(captured.getvalue())
+            raise
+        # The box: a title line (the kind of error), the message (wrapped over lines, naming the flag), a rule.
+        message = []
+        for line in captured.getvalue().splitlines()[1:]:
+            text = line.strip().strip("│").strip()
+            if not text.strip("─"):
+                break
+            message.append(text)
+        raise ConfigError(f"{' '.join(message) or 'cannot parse the command line'} (see --help)") from None
+
+
+def describe(algorithm) -> str:
+    """--help's description (`flags.description` of the script's docstring)."""
+    return description(sys.modules[algorithm.make_train_parts.__module__].__doc__)
+
+
+def check(algorithm, config):
+    """-> (the config as it trains, its sweep points); ConfigError if it cannot be trained. Writes nothing."""
+    check_flags(config)
+    algorithm.validate(config)
+    points = sweep_points(algorithm, config)
+    check_sweep_points(algorithm, config, points)
+    check_swept(algorithm, config, points)
+    iterations = algorithm.num_iterations(config)
+    if iterations < 1:
+        raise ConfigError(f"--total-timesteps {config.total_timesteps} is less than one iteration of "
+                          f"{algorithm.script} ({algorithm.steps_per_iteration(config):,} env steps); raise it")
+    if config.num_chunks is not None and config.num_chunks > iterations:
+        raise ConfigError(f"--num-chunks {config.num_chunks} is more than the {iterations} iterations of this run; "
+                          f"use 1 to {iterations}")
+    return config, points
+
+
+def eval_config(algorithm, config):
+    """--eval's run: (its config, as config.json holds it, checked as a new run's is, with this command's
+    --eval-episodes; its sweep points). ConfigError for anything --eval cannot do with it."""
+    from scanrl import envs
+
+    check_paths(config)
+    if config.eval_sampled and algorithm.sampled_policy is None:
+        raise ConfigError(f"--eval-sampled: {algorithm.name}'s policy is deterministic (its evaluation acts as it "
+                          "does); drop --eval-sampled")
+    saved = read_run_config(algorithm, config.eval, "--eval", config.env)
+    check_trained_config(algorithm, config.eval, saved)
+    episodes = saved["eval_episodes"] if config.eval_episodes == algorithm.config().eval_episodes else \
+        config.eval_episodes
+    # Evaluated on the devices this process has: an agent's returns do not depend on how the agents are split.
+    run_config = algorithm.config(**{**saved, "eval_episodes": episodes, "num_devices": None})
+    try:  # the saved config, checked as a new run's is (a config.json edited or damaged into values it cannot run)
+        check_flags(dataclasses.replace(run_config, eval=config.eval))
+        algorithm.validate(run_config)
+    except ConfigError as error:
+        raise ConfigError(f"--eval: {os.path.join(config.eval, 'config.json')} holds a config {algorithm.script} "
+                          f"cannot run ({error}); put back the run's values") from None
+    points = sweep_points(algorithm, run_config)
+    agents = run_config.num_seeds * len(points)
+    if config.seed_index is not None and not 0 <= config.seed_index < agents:
+        raise ConfigError(f"--seed-index {config.seed_index} is out of range: the run has {agents} agents "
+                          f"(indices 0 to {agents - 1})")
+    if config.gif is not None and not envs.can_draw(run_config.env):
+        raise ConfigError(f"--gif: gymnax cannot draw {run_config.env}; drop --gif, or evaluate a run on a "
+                          "classic-control, MinAtar or misc env")
+    return run_config, points
+
+
+def evaluate_run(algorithm, config):
+    """--eval: the deterministic policies of a saved run, on the same episodes as its summary's eval_return (unless
+    --eval-episodes changes their number; --eval-sampled: the policies training acts with, on the same episodes);
+    --gif draws one episode of agent --seed-index. The job of the run, its evaluation compiled and run."""
+    from scanrl import envs
+
+    run_config, points = eval_config(algorithm, config)
+    job = plan(algorithm, run_config, points, sampled=config.eval_sampled)
+    with Checkpoints(config.eval) as checkpoints:
+        restored = checkpoints.restore("--eval", algorithm.name, run_config, job.abstract_runner, False)
+    if restored is None:
+        raise ConfigError(f"--eval: {config.eval} has no checkpoint in checkpoints/ yet; it was stopped or killed "
+                          "before its first chunk ended: --resume it")
+    runner, _, done = restored
+    _, evaluate, _ = compile_job(job, training=False)
+    eval_keys = evaluation_keys(job.keys)
+    returns = gather(evaluate(to_agents(eval_keys, job.sharding), runner, job.swept), "the evaluation")
+    indices = range(len(job.keys)) if config.seed_index is None else [config.seed_index]
+    which = "sampled policy (actions drawn as in training)" if config.eval_sampled else "deterministic policy"
+    print(f"{algorithm.name} on {run_config.env}, checkpoint after {done} iterations: {which}, "
+          f"{run_config.eval_episodes} episodes per agent")
+    for i in indices:
+        print(f"seed {job.names[i]} (index {i}): mean {returns[i].mean():.2f}  returns "
+              + " ".join(f"{r:.1f}" for r in returns[i]))
+    if len(indices) > 1:
+        print(f"mean over agents: {returns.mean():.2f}")
+    if config.gif is not None:
+        index = config.seed_index or 0
+        swept = {k: np.asarray(v)[index].item() for k, v in job.swept.items()}
+        act = eval_policy(algorithm, job.parts(swept)[0], jax.tree.map(lambda x: np.asarray(x)[index],
+                                                                        gather(runner, "the evaluation")),
+                          eval_keys[index], config.eval_sampled)
+        total, length = envs.record_episode(run_config.env, act, eval_keys[index], config.gif)
+        print(f"one episode of seed {job.names[index]} (index {index}): return {total:.1f} in {length} steps, "
+              f"drawn to {config.gif}")

@@ -1,0 +1,190 @@
+"""The one driver of the compiled program: a run's `Job` (its agents over the devices, the training program, a piece
+of the scan of the script's `update`, and the final evaluation), compiled from shapes with the memory check, and
+run piece by piece. Training, --resume, --eval and the contract check are commands over it."""
+
+import dataclasses
+import itertools
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from scanrl.harness.agents import (
+    abstract_agents,
+    agent_layout,
+    any_process,
+    choose_devices,
+    gather,
+    local_agents,
+    over_agents,
+    to_agents,
+)
+from scanrl.harness.evaluation import make_evaluate
+from scanrl.harness.flags import ConfigError
+from scanrl.harness.memory import check_agent_memory, check_memory
+from scanrl.harness.stops import learned_finite
+from scanrl.harness.sweeps import agent_parts, as_built_by
+
+
+def piece_length(num_iterations, config) -> int:
+    """The iterations in one piece of the compiled scan: the largest divisor of the run's iterations that is at most
+    --log-every (and, with --num-chunks, at most a chunk), so that one compiled program, a scan of a static length,
+    runs every piece of the run, and a resumed run the same pieces."""
+    most = max(1, min(config.log_every, num_iterations // (config.num_chunks or 1)))
+    return max(d for d in range(1, most + 1) if num_iterations % d == 0)
+
+
+def chunk_ends(num_pieces, num_chunks) -> list[int]:
+    """The piece after each of `num_chunks` chunks of whole pieces: as equal as can be, the shorter ones last."""
+    size, longer = divmod(num_pieces, num_chunks)
+    return list(itertools.accumulate(size + (i < longer) for i in range(num_chunks)))
+
+
+def on_agents(runner, sharding):
+    """The runner with every leaf split over the agents' devices as the compiled programs take it: a program hands
+    back an empty leaf (a MuJoCo model's zero-size arrays) replicated, not split, and would refuse it next time."""
+    return jax.tree.map(lambda x: x if x.sharding == sharding else jax.device_put(x, sharding), runner)
+
+
+def run_pieces(compiled, job, runner, start, end, progress, stop=None, deadline=float("inf")):
+    """Pieces of the compiled scan from iteration `start` until a chunk ends: at iteration `end`, or after a piece
+    once the clock passes `deadline` (time.perf_counter) or a stop request (`stop`) came, on any process. While one
+    piece runs, the host prints the last one's progress lines. -> (runner, every agent's metrics of the iterations
+    run, as numpy, the iteration reached)."""
+    pieces = []
+    while start < end:
+        runner, rows = compiled(on_agents(runner, job.sharding), np.int32(start), job.swept)  # not awaited
+        if progress is not None and pieces:
+            progress.show(pieces[-1][0], job.length, pieces[-1][1])
+        pieces.append((start, rows))
+        start += job.length
+        due = time.perf_counter() > deadline or (stop is not None and bool(stop.signal))
+        if start < end and any_process(int(due)):
+            break
+    if progress is not None:
+        progress.show(pieces[-1][0], job.length, pieces[-1][1])
+    gathered = gather([rows for _, rows in pieces])
+    return runner, {key: np.concatenate([rows[key] for rows in gathered], axis=1) for key in gathered[0]}, start
+
+
+@dataclasses.dataclass
+class Job:
+    """A run's plan, before anything is compiled or written: its agents, their devices and the programs."""
+
+    algorithm: object
+    config: object
+    points: list
+    keys: np.ndarray  # each agent's root key
+    swept: dict  # each agent's swept values, split over the devices
+    names: object  # agents' names in messages
+    mesh: Mesh
+    sharding: NamedSharding
+    parts: object  # harness.sweeps.agent_parts
+    abstract_runner: object  # every agent's state as shapes, split over the devices
+    segment: object  # the training program, a piece of the scan, not compiled
+    evaluate: object  # the final evaluation of every agent, not compiled
+    length: int  # iterations in a piece
+    num_iterations: int
+    ends: list | None  # the iteration after each chunk (--num-chunks); None: a chunk ends every CHECKPOINT_S
+
+    @property
+    def lead(self):
+        return jax.process_index() == 0  # process 0 writes the run directory and wandb
+
+
+def plan(algorithm, config, points, sampled=False) -> Job:
+    """The agents (sweep points x seeds) over the devices, and the training program of one agent, vmapped over a
+    device's agents and split over the devices (shard_map). Each agent's swept values go in as arrays, and the
+    script's parts are made in the program with them (`agent_parts`). `sampled`: the evaluation acts with the
+    policies training acts with (--eval-sampled)."""
+    check_agent_memory(algorithm, config, config.num_seeds * len(points))  # before anything per agent is made
+    keys, swept, names = agent_layout(config, points)
+    devices = choose_devices(config, len(keys))
+    # config.json and the checkpoints record the count, so --resume trains on as many devices (its numbers depend on
+    # how the agents are split), or says it cannot.
+    config = dataclasses.replace(config, num_devices=len(devices))
+    mesh = Mesh(np.array(devices), ("agents",))
+    sharding = NamedSharding(mesh, PartitionSpec("agents"))
+    parts = agent_parts(algorithm, config)
+    abstract_runner = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
+                                   abstract_agents(parts, keys, swept))
+    structure = jax.tree.structure(abstract_runner)
+    num_iterations = algorithm.num_iterations(config)
+    length = piece_length(num_iterations, config)
+    ends = None if config.num_chunks is None else [
+        length * end for end in chunk_ends(num_iterations // length, config.num_chunks)]
+    steps = algorithm.steps_per_iteration(config)
+
+    def segment(runner, start, swept):
+        """`length` iterations of the agent's `update` from iteration `start`, as `lax.scan`, each one's metrics
+        with `env_steps` and `nonfinite` added; the runner handed back with the host's structure."""
+        _, init, update = parts(swept)
+        if swept:
+            runner = as_built_by(init, runner)
+
+        def iteration(runner, i):
+            runner, metrics = update(runner)
+            if {"env_steps", "nonfinite"} & set(metrics):
+                raise ConfigError(f"{algorithm.script}: its metrics hold env_steps or nonfinite, which the harness "
+                                  "adds itself; drop them from the metrics dict and METRIC_KEYS")
+            return runner, {"env_steps": (i + 1) * steps, **metrics, "nonfinite": ~learned_finite(runner)}
+
+        runner, rows = jax.lax.scan(iteration, runner, start + jnp.arange(length, dtype=jnp.int32))
+        return jax.tree.unflatten(structure, jax.tree.leaves(runner)), rows
+
+    evaluate = over_agents(lambda key, runner, swept: make_evaluate(algorithm, parts(swept)[0], sampled)(key, runner),
+                           mesh,
+                           (0, 0, 0))
+    return Job(algorithm, config, points, keys, to_agents(swept, sharding), names, mesh, sharding, parts,
+               abstract_runner, over_agents(segment, mesh, (0, None, 0)), evaluate, length, num_iterations, ends)
+
+
+def compile_job(job, training=True) -> tuple:
+    """-> (the compiled training program, None without `training`; the compiled final evaluation; seconds they
+    took). Compiled from shapes alone, so a run too big for memory (its training, or its evaluation on
+    --eval-episodes envs per agent) is refused (ConfigError) before anything is allocated; so is an error the
+    user's own env raised while the programs were traced (`env_failure`)."""
+    start = time.perf_counter()
+    state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(job.abstract_runner))
+    metric_keys = job.algorithm.metric_keys_of(job.config)
+    agents = local_agents(job.sharding, len(job.keys))
+    try:
+        compiled = None
+        if training:
+            scalar = jax.ShapeDtypeStruct((), jnp.int32)
+            compiled = job.segment.lower(job.abstract_runner, scalar, job.swept).compile()
+        keys = jax.ShapeDtypeStruct(job.keys.shape, job.keys.dtype, sharding=job.sharding)
+        evaluation = job.evaluate.lower(keys, job.abstract_runner, job.swept).compile()
+    except Exception as error:
+        failure = error if isinstance(error, ConfigError) else env_failure(job.config, error)
+        if failure is None:
+            raise
+        raise failure from None
+    compile_s = time.perf_counter() - start
+    if training:
+        check_metric_keys(job.algorithm, metric_keys, compiled.out_info[1])
+    history_bytes = len(job.keys) * job.num_iterations * len(metric_keys) * 4 if training else 0
+    check_memory(job.config, job.algorithm, [compiled] if training else [],
+                 state_bytes * len(agents) // len(job.keys), history_bytes, evaluation)
+    return compiled, evaluation, compile_s
+
+
+def env_failure(config, error) -> ConfigError | None:
+    """ConfigError (one line: the file and line) for an error the user's own env raised while a program was made."""
+    from scanrl import envs
+
+    line = envs.user_env_failure(config.env, error)
+    return None if line is None else ConfigError(line)
+
+
+def check_metric_keys(algorithm, metric_keys, reported):
+    """ConfigError unless the script's METRIC_KEYS (metrics.csv's columns) are the metrics its iterations report:
+    a fork's new metric left out of them would be computed and never written."""
+    unlisted = sorted(set(reported) - set(metric_keys))
+    missing = [k for k in metric_keys if k not in reported]
+    if unlisted or missing:
+        raise ConfigError(f"{algorithm.script}: its iterations report {', '.join(unlisted) or 'no'} metric(s) missing "
+                          f"from its METRIC_KEYS, and METRIC_KEYS names {', '.join(missing) or 'none'} they do not "
+                          "report; make METRIC_KEYS the keys of the metrics dict")

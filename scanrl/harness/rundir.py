@@ -1,0 +1,133 @@
+"""The run directory: <out-dir>/<run-name>/ claimed exclusively by a new run (its config.json written first) or
+taken over by --resume, owned (`files.RunLock`) until the run ends; its sweep points' folders, its metrics.csv files
+and its wandb runs. Only process 0 writes."""
+
+import dataclasses
+import json
+import os
+import shutil
+import time
+
+import numpy as np
+
+from scanrl.harness.agents import broadcast
+from scanrl.harness.files import RunLock, replaced
+from scanrl.harness.flags import ConfigError
+from scanrl.harness.metrics import MetricsCsv
+from scanrl.harness.sweeps import point_label, point_rows
+from scanrl.harness.tracking import finish_wandb, start_wandb
+
+
+class RunDirectory:
+    """<out-dir>/<run-name>/ of a new run (claimed, config.json written) or of a resumed one, its sweep points'
+    directories and their wandb runs."""
+
+    def __init__(self, algorithm, config, points, lead):
+        self.name, self.config, self.points, self.lead = algorithm.name, config, points, lead
+        if config.resume is not None:
+            self.path = os.path.realpath(config.resume)  # reached through a link, as it is: its files' folder is none
+            self.run_name = os.path.basename(os.path.normpath(self.path))
+        else:
+            # Brax ids hold a '/' (and maybe a ':'); neither belongs in a directory name. The random suffix keeps
+            # the default names of jobs started in the same second apart; every process gets process 0's name.
+            env_name = config.env.replace("/", "-").replace(":", "-")
+            stamp, suffix = broadcast(int(time.time())), broadcast(int.from_bytes(os.urandom(3), "big"))
+            self.run_name = config.run_name or f"{env_name}__{self.name}__{config.seed}__{stamp}_{suffix:06x}"
+            self.path = os.path.join(config.out_dir, self.run_name)
+            claimed = claim_run_directory(self.path, {"algo": self.name, **dataclasses.asdict(config),
+                                                      "resume": None}) if lead else ""
+            if broadcast(len(claimed)):  # process 0 could not claim it: every process stops
+                raise ConfigError(claimed or f"run directory {self.path} could not be claimed by process 0")
+            # Owned from here to the end of the run (a --resume of it meanwhile is refused); --resume's own lock is
+            # taken by `harness.main` before it reads the run's config.
+            self.lock = RunLock(self.path, "the new run") if lead else None
+        self.sweep = len(points) > 1
+        self.point_dirs = [os.path.join(self.path, point_label(p)) if self.sweep else self.path for p in points]
+        self.wandb_runs = []
+
+    lock = None
+
+    def release(self):
+        """Gives up the ownership of a new run's directory (the end of the run)."""
+        if self.lock is not None:
+            self.lock.release()
+
+    def give_up(self):
+        """A new run that cannot go on before it started (it does not fit in memory): its directory goes."""
+        if self.lead and self.config.resume is None:
+            self.release()
+            shutil.rmtree(self.path, ignore_errors=True)
+
+    def start_wandb(self):
+        """One wandb run per sweep point (--track, process 0); once one could not start, the others do not try
+        (and wait) again."""
+        config = self.config
+        if not (config.track and self.lead):
+            return
+        for p in self.points:
+            if self.wandb_runs and self.wandb_runs[-1] is None:
+                self.wandb_runs.append(None)
+                continue
+            self.wandb_runs.append(start_wandb(
+                config, f"{self.run_name}/{point_label(p)}" if self.sweep else self.run_name, self.path,
+                (config.wandb_group or self.run_name) if self.sweep else config.wandb_group, p))
+
+    def open_metrics(self, keys, history=None):
+        """Starts each point's metrics.csv; a resumed run's is rebuilt from `history`, the metrics its checkpoint
+        holds, whatever state the file was left in (cut short, deleted, holding rows past the checkpoint)."""
+        self.metrics_csvs = [MetricsCsv(os.path.join(d, "metrics.csv"), keys, self.seeds(),
+                                        None if history is None else point_rows(history, p, self.config.num_seeds),
+                                        make_dir=self.sweep)
+                             for p, d in enumerate(self.point_dirs)]
+
+    def seeds(self):
+        return [self.config.seed + i for i in range(self.config.num_seeds)]
+
+    def append_metrics(self, first, metrics):
+        for p, metrics_csv in enumerate(self.metrics_csvs):
+            metrics_csv.append(first, point_rows(metrics, p, self.config.num_seeds))
+
+    def finish_wandb(self, summaries=None, images=None, exit_code=0):
+        for p, wandb_run in enumerate(self.wandb_runs):
+            summary = summaries and summaries[p]
+            finish_wandb(wandb_run, summary, images[p] if images else (), exit_code,
+                         step=summary.get("env_steps") if summary else None)
+
+
+def claim_run_directory(path, config_json) -> str:
+    """Creates the run directory `path` (an existing empty one will do) and its config.json, exclusively: of two
+    runs started at once with one name, exactly one gets it. -> "" if claimed, else the error line."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        if os.listdir(path):
+            raise FileExistsError
+        with open(os.path.join(path, "config.json"), "x") as f:  # "x": fails if another run created it first
+            json.dump(config_json, f, indent=2)
+    except FileExistsError:
+        return f"run directory {path} exists and is not empty; choose another --run-name, or --resume it"
+    except OSError as error:
+        return f"cannot create the run directory {path}: {error.strerror}; choose another --out-dir"
+    return ""
+
+
+def write_json(path, value):
+    """Written to a temporary name and renamed: a kill or a full disk leaves the old file or the new one. NaN and
+    infinities are written as null: JSON has no such numbers (a literal NaN makes the file unreadable to strict
+    parsers)."""
+    with replaced(path) as f:
+        json.dump(json_safe(value), f, indent=2, allow_nan=False)
+
+
+def json_safe(value):
+    """`value` with every non-finite float (numpy's too) as None, numpy scalars as Python numbers."""
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    return value
+
+

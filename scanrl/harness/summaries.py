@@ -1,0 +1,122 @@
+"""The end of a run, on process 0: per sweep point learning_curve.png, summary.json (returns over seeds, with IQM and
+intervals) and the algorithm's own outputs; with --sweep, the points ranked in the run's summary.json and on one
+plot; the report printed; the wandb runs ended."""
+
+import os
+
+import numpy as np
+
+from scanrl.harness import aggregate
+from scanrl.harness.metrics import nanmean, to_json
+from scanrl.harness.plots import carried_returns, carry_forward, plot_learning_curve, plot_sweep, shared_ylim
+from scanrl.harness.rundir import write_json
+from scanrl.harness.sweeps import point_label, point_rows
+
+
+def write_summaries(run_dir, algorithm, history, eval_returns, runner, extra):
+    """Per point: learning_curve.png, summary.json and the algorithm's own outputs (`write_outputs`, from the
+    point's agents' rows of `runner`, on the host); with --sweep the run's summary.json ranks the points.
+    Prints the report and ends the wandb runs. `run_dir`: the run's `RunDirectory`."""
+    config, points = run_dir.config, run_dir.points
+    title = f"{run_dir.name} on {config.env}"
+    ylim = None
+    if run_dir.sweep:  # every point's plot on the same axes, so they compare at a glance
+        print("plotting the learning curves of every point", flush=True)
+        curves = [carried_returns(point_rows(history, p, config.num_seeds)) for p in range(len(points))]
+        ylim = shared_ylim([c for c in curves if c is not None])
+        plot_sweep(os.path.join(run_dir.path, "learning_curves.png"), history["env_steps"][0], curves,
+                   [point_label(p) for p in points], f"{title}: {len(points)} sweep points", config.num_seeds)
+    summaries, images = [], []
+    runner = runner if algorithm.write_outputs is not None else None  # on the host only for its outputs
+    for p, point in enumerate(points):
+        if run_dir.sweep:
+            print(f"-- point {p}: {point_label(point)}")
+        summary, point_images = point_summary(run_dir, algorithm, p, point_rows((history, eval_returns, runner), p,
+                                                                                config.num_seeds), extra, title, ylim)
+        summaries.append(summary)
+        images.append(point_images)
+    if run_dir.sweep:
+        rank_points(run_dir, summaries, extra)
+    print(f"written to {run_dir.path}\n{'=' * 72}")
+    run_dir.finish_wandb(summaries, images)
+
+
+def point_summary(run_dir, algorithm, p, rows, extra, title, ylim):
+    """Sweep point p's plot, report lines, outputs and summary.json, from `rows`: its agents' (metrics, eval
+    returns, runner). -> (its summary, its images)."""
+    config, point, point_dir = run_dir.config, run_dir.points[p], run_dir.point_dirs[p]
+    metrics, returns, runner = rows
+    seeds = run_dir.seeds()
+    images = [plot_learning_curve(os.path.join(point_dir, "learning_curve.png"), metrics,
+                                  f"{title}, {point_label(point)}" if run_dir.sweep else title, ylim)]
+    final, fallback = final_returns(metrics, with_fallback=True)
+    summary = {"algo": run_dir.name, "env": config.env, "num_seeds": config.num_seeds, "seeds": seeds,
+               "total_timesteps": config.total_timesteps, "env_steps": int(metrics["env_steps"][0, -1]),
+               **extra, "sweep_point": point or None,
+               # a count a swept field may change (td3's learning_starts): the point's own
+               **({"updates": int(metrics["updates"][0, -1])} if "updates" in metrics else {}),
+               "final_return": to_json(final), "eval_return": to_json(returns),
+               # over seeds, as rliable reports them: IQM with its 95% stratified-bootstrap interval
+               "eval_return_iqm": aggregate.summarize(returns), "final_return_iqm": aggregate.summarize(final)}
+    if run_dir.sweep:  # a point that diverged while the others trained on (harness.train.check_divergence)
+        bad = np.asarray(metrics["nonfinite"], bool).any(axis=0)
+        summary["diverged_at_iteration"] = int(np.argmax(bad)) + 1 if bad.any() else None
+        if bad.any():
+            print(f"diverged at iteration {summary['diverged_at_iteration']}: its returns are not ranked")
+    print(f"final return (last 10% of training): mean {nanmean(final):.2f}, per seed "
+          + " ".join(f"{r:.1f}" for r in final))
+    if fallback.any():
+        late = [seeds[i] for i in np.flatnonzero(fallback)]
+        print(f"  (no episode ended in the last 10% for seed(s) {', '.join(map(str, late))}: their last finished "
+              "episodes count instead)" if np.isfinite(final[fallback]).any() else
+              "  (no episode ended in this run: no final return; train for longer)")
+    iqm = summary["eval_return_iqm"]
+    iqm = f"IQM {iqm['iqm']:.2f} [{iqm['ci'][0]:.2f}, {iqm['ci'][1]:.2f}], " if iqm["n"] else ""
+    print(f"eval return (deterministic policy):  mean {returns.mean():.2f}, {iqm}per seed "
+          + " ".join(f"{r:.1f}" for r in returns))
+    if algorithm.write_outputs is not None:
+        fields, more_images = algorithm.write_outputs(config, point_dir, runner)
+        summary.update(fields)
+        images += more_images
+    write_json(os.path.join(point_dir, "summary.json"), summary)
+    return summary, images
+
+
+def rank_points(run_dir, summaries, extra):
+    """The run's summary.json of a sweep, ranking its points, and the ranking's report line. The deterministic
+    policy's return on fresh episodes is what a point delivers; the training return (exploring, and averaged over
+    the last 10%) ranks only where no point has an eval return."""
+    config, points = run_dir.config, run_dir.points
+    by = "eval_return" if any(np.isfinite(nanmean(s["eval_return"])) for s in summaries) else "final_return"
+    means = [np.nan if s["diverged_at_iteration"] else nanmean(s[by]) for s in summaries]
+    ranking = sorted(range(len(points)), key=lambda p: -np.nan_to_num(means[p], nan=-np.inf))
+    write_json(os.path.join(run_dir.path, "summary.json"), {
+        "algo": run_dir.name, "env": config.env, "sweep": list(config.sweep), **extra,
+        "ranked_by": f"{by}_mean",
+        "ranking": [{"rank": r + 1, "point": point_label(points[p]), "values": points[p],
+                     "final_return_mean": nanmean(summaries[p]["final_return"]),
+                     "eval_return_mean": nanmean(summaries[p]["eval_return"]),
+                     "diverged_at_iteration": summaries[p]["diverged_at_iteration"]}
+                    for r, p in enumerate(ranking)]})
+    described = ("eval return (deterministic policy, mean over seeds)" if by == "eval_return"
+                 else "final return (last 10% of training, mean over seeds)")
+    shown = ["diverged" if s["diverged_at_iteration"] else f"{m:.1f}" for s, m in zip(summaries, means, strict=True)]
+    print(f"ranking by {described}: " + "; ".join(f"{r + 1}. {point_label(points[p])} ({shown[p]})"
+                                                  for r, p in enumerate(ranking)))
+    print(f"all points on one plot: {os.path.join(run_dir.path, 'learning_curves.png')}")
+
+
+def final_returns(metrics, with_fallback=False):
+    """Per agent: mean return of the episodes that ended in the last 10% of iterations. An agent none of whose
+    episodes ended there (long episodes, a short run) gets its last finished episodes' return instead, NaN if it
+    finished none; `with_fallback` -> (returns, which agents fell back)."""
+    num_iterations = metrics["episodes"].shape[1]
+    tail = slice(num_iterations - max(1, num_iterations // 10), None)
+    episodes = np.nan_to_num(np.asarray(metrics["episodes"][:, tail], dtype=float))
+    total = np.nansum(metrics["episode_return"][:, tail] * episodes, axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        final = total / episodes.sum(axis=1)
+    fallback = episodes.sum(axis=1) == 0
+    if fallback.any():
+        final = np.where(fallback, carry_forward(metrics["episode_return"])[:, -1], final)
+    return (final, fallback) if with_fallback else final
