@@ -95,6 +95,7 @@ def test_halfcheetah_spaces():
     assert envs.make("brax/halfcheetah", backend="positional")[0].name == "brax/halfcheetah:positional"
 
 
+@pytest.mark.slow
 def test_td3_smoke_on_halfcheetah(run_script, tmp_path, monkeypatch):
     pytest.importorskip("brax", reason="brax is not installed: pip install -r requirements-brax.txt")
     # Compiling Brax physics dominates this test; XLA's lowest backend optimisation level compiles it

@@ -174,6 +174,7 @@ def test_tabular_gridworld_writes_run(tmp_path):
     assert len(rows) == 3 * 20 and {"episode_length", "epsilon"} <= set(rows[0])
 
 
+@pytest.mark.slow
 def test_cli_dqn_options_run(run_script, tmp_path):
     result = run_script(
         "dqn_tabular_q.py", "--env", "CartPole-v1", "--num-seeds", "2", "--total-timesteps", "3000",

@@ -169,6 +169,7 @@ def test_evaluate_returns_first_episode_per_env():
     np.testing.assert_array_equal(returns, [6.0, 6.0, 6.0])
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(
     num_steps=st.integers(1, 40),

@@ -57,6 +57,7 @@ def in_repository(repo, *argv, timeout=900):
                           timeout=timeout)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(SCRIPTS))
 def test_every_script_copied_into_a_research_repository_keeps_the_contract(case, tmp_path):
     """Each script, copied alone into a directory beside the researcher's own envs.py, utils.py and harness/,

@@ -68,6 +68,7 @@ def run_seeds(config, seeds):
     return jax.jit(jax.vmap(ppo.make_train(config)))(keys)
 
 
+@pytest.mark.slow
 def test_same_seed_gives_identical_metrics():
     config = ppo.Config(**SMALL)
     _, first = run_seeds(config, [3, 4])
@@ -76,6 +77,7 @@ def test_same_seed_gives_identical_metrics():
         np.testing.assert_array_equal(first[key], second[key], err_msg=key)
 
 
+@pytest.mark.slow
 def test_agent_of_batch_matches_its_seed_alone():
     config = ppo.Config(**SMALL)
     _, batch = run_seeds(config, [0, 1, 2, 3])
@@ -86,6 +88,7 @@ def test_agent_of_batch_matches_its_seed_alone():
         np.testing.assert_allclose(batch[key][2], alone[key][0], rtol=1e-4, atol=1e-6, err_msg=key)
 
 
+@pytest.mark.slow
 def test_runs_on_minatar():
     # MinAtar observations are 10x10xC grids: make_vec flattens them for the MLPs.
     config = ppo.Config(env="Breakout-MinAtar", total_timesteps=512, num_envs=4, num_steps=64, log_every=1)

@@ -161,6 +161,7 @@ def test_help_lists_flags(run_script):
     assert "full-batch value-function steps" in result.stdout
 
 
+@pytest.mark.slow
 def test_four_seed_run_writes_every_output_and_each_agent_equals_its_seed_alone(tmp_path, capsys):
     small = dict(total_timesteps=2048, log_every=1)
     reinforce.main(reinforce.Config(**small, seed=10, num_seeds=4, run_name="small", out_dir=str(tmp_path / "runs")))

@@ -79,6 +79,7 @@ def test_alpha_moves_toward_the_target_entropy(entropy, direction):
     assert np.sign(float(log_alpha)) == direction and abs(float(log_alpha)) == pytest.approx(0.2, rel=0.05)
 
 
+@pytest.mark.slow
 def test_target_entropy_is_minus_the_action_dimension_times_the_scale():
     """In training: the first update moves alpha (from 1) down iff the batch's entropy is above -|A| x scale."""
     for scale in (1.0, -2.0):  # Pendulum's |A| = 1: targets -1 (below the initial entropy) and +2 (above it)
@@ -104,6 +105,7 @@ def run_agent(**overrides):
     return jax.jit(sac.make_train(sac.Config(**{**TINY, **overrides})))(jax.random.PRNGKey(0))
 
 
+@pytest.mark.slow
 def test_buffer_keeps_final_observation():
     """400 steps of Pendulum (two episodes, each truncated at 200), no update."""
     runner, metrics = run_agent(total_timesteps=400, learning_starts=1000)
@@ -119,6 +121,7 @@ def test_buffer_keeps_final_observation():
     assert (np.abs(data.action) <= 2.0).all() and np.abs(data.action).max() > 1.5  # random in Pendulum's [-2, 2]
 
 
+@pytest.mark.slow
 def test_updates_move_every_network_and_polyak_the_targets():
     """Three updates (the last three of 10 steps): each moves actor, critics and temperature, and the targets
     follow the critics by tau at each."""
@@ -150,6 +153,7 @@ def test_help_lists_flags(run_script):
     assert "--no-layer-norm" in result.stdout and "a LayerNorm after each hidden Dense layer" in result.stdout
 
 
+@pytest.mark.slow
 def test_small_run_writes_a_summary_and_evaluates_sampled(tmp_path, capsys):
     small = dict(total_timesteps=1200, learning_starts=800, log_every=50, hidden_size=32, eval_episodes=2,
                  num_envs=4, batch_size=64, layer_norm=True, out_dir=str(tmp_path / "runs"), run_name="small")

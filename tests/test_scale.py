@@ -128,7 +128,9 @@ def test_two_processes_on_localhost_write_one_run_with_all_seeds(one_device_run,
     assert summary["num_processes"] == 2 and summary["seeds"] == [0, 1, 2, 3]
 
 
-@pytest.mark.parametrize("case", list(CASES))
+# An on-policy script and an off-policy one (the contract sweeps every script's fields).
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["ppo", "td3"])
 def test_swept_values_train_as_the_config_would(case, tmp_path):
     """Each agent of a sweep reads its own value as config.<field>: the agent of a 2-point sweep (one program) at the
     value that is not the config's trains as a run with that value in its config, to float rounding (an array in
@@ -156,6 +158,7 @@ def point_dirs(run_dir, field, values):
     return [run_dir / point_label({field: v}) for v in values]
 
 
+@pytest.mark.slow
 def test_sweep_writes_each_point_as_its_own_run_and_ranks_them(one_device_run, tmp_path):
     """2 values x 2 seeds in one program on one device: each point's directory holds what the run without --sweep
     at its value writes, to float rounding (a vmapped batch of 4 agents and one of 2 are compiled apart); the run's

@@ -133,6 +133,7 @@ def test_xminigrid_terminates_at_the_goal_and_truncates_at_max_steps_with_the_tr
 # MuJoCo Playground
 
 
+@pytest.mark.slow
 def test_playground_truncates_at_its_episode_length_and_terminates_when_the_simulation_fails():
     from mujoco_playground import registry
 
@@ -174,6 +175,7 @@ def test_menagerie_tasks_without_menagerie_are_one_line(monkeypatch):
 # Every suite through the scripts' stack
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env_id", [pytest.param("Craftax-Classic-Symbolic-v1", marks=pytest.mark.slow),
                                     "MiniGrid-Empty-5x5", "playground/CartpoleBalance"])
 def test_episode_statistics_count_each_suites_own_rewards(env_id):
@@ -258,6 +260,7 @@ def run_in(cwd, *args, timeout=300):
                           text=True, env=env, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_your_own_env_trains_from_the_command_line_and_its_runs_import_it_only_when_named(tmp_path):
     (tmp_path / "my_env.py").write_text(CORRIDOR)
     out = tmp_path / "runs"

@@ -186,6 +186,7 @@ SMALL = dict(total_timesteps=1200, learning_starts=800, log_every=200, hidden_si
              updates_per_step=1.0)
 
 
+@pytest.mark.slow
 def test_small_run_counts_env_steps_and_updates(tmp_path, capsys):
     td3.main(td3.Config(**SMALL, num_seeds=2, num_envs=2, run_name="small", out_dir=str(tmp_path / "runs")))
     # Two envs: an iteration (update phase) is 2 env steps and 2 updates; a progress line every 200 iterations.
