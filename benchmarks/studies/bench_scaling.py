@@ -49,7 +49,7 @@ def time_rows(args: Args, num_devices: int):
 
     sys.path.insert(0, ROOT)
     import ppo
-    from scanrl.harness.scale import agent_layout, init_agents, over_agents
+    from scanrl.harness.agents import agent_layout, init_agents, over_agents
 
     mesh = Mesh(np.array(jax.devices()[:num_devices]), ("agents",))
     sharding = NamedSharding(mesh, PartitionSpec("agents"))
