@@ -24,7 +24,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
-from flax import struct
 from flax.training.train_state import TrainState
 
 from scanrl import blocks, envs
@@ -115,32 +114,6 @@ class Transition(NamedTuple):
     next_obs: jax.Array  # the true next observation, also where the episode was truncated and auto-reset
 
 
-@struct.dataclass
-class ReplayBuffer:
-    """A fixed-size ring buffer of transitions: a plain pytree, so it lives in the train state and vmaps."""
-
-    data: Transition  # arrays with a leading capacity axis
-    pos: jax.Array  # next row to write
-    size: jax.Array  # rows filled so far
-
-    @classmethod
-    def create(cls, capacity: int, example: Transition):
-        data = jax.tree.map(lambda x: jnp.zeros((capacity,) + x.shape[1:], x.dtype), example)
-        return cls(data, jnp.int32(0), jnp.int32(0))
-
-    def add(self, batch: Transition):
-        """Writes a batch of transitions (leading axis n); the capacity is a multiple of n, so no write wraps."""
-        n = jax.tree.leaves(batch)[0].shape[0]
-        capacity = jax.tree.leaves(self.data)[0].shape[0]
-        data = jax.tree.map(lambda d, x: jax.lax.dynamic_update_slice_in_dim(d, x, self.pos, 0), self.data, batch)
-        return ReplayBuffer(data, (self.pos + n) % capacity, jnp.minimum(self.size + n, capacity))
-
-    def sample(self, key, batch_size: int) -> Transition:
-        """Uniformly, with replacement, from the filled rows."""
-        index = jax.random.randint(key, (batch_size,), 0, self.size)
-        return jax.tree.map(lambda x: x[index], self.data)
-
-
 class Learner(NamedTuple):
     actor: TrainState
     critic: TrainState  # twin critics: every parameter has a leading axis of 2
@@ -150,7 +123,7 @@ class Learner(NamedTuple):
 
 class RunnerState(NamedTuple):
     learner: Learner
-    buffer: ReplayBuffer
+    buffer: blocks.ReplayBuffer
     env_state: Any
     obs: jax.Array
     rng: jax.Array
@@ -184,21 +157,9 @@ def alpha_of(learner):
     return jnp.exp(learner.temperature.params["log_alpha"])
 
 
-def polyak(params, target_params, tau):
-    """theta' <- tau theta + (1 - tau) theta': the target moves a small step towards the online network."""
-    return jax.tree.map(lambda p, t: tau * p + (1.0 - tau) * t, params, target_params)
-
-
-def action_bounds(env, env_params):
-    space = env.action_space(env_params)
-    low = jnp.broadcast_to(jnp.asarray(space.low, jnp.float32), space.shape)
-    high = jnp.broadcast_to(jnp.asarray(space.high, jnp.float32), space.shape)
-    return low, high
-
-
 def make_networks(config: Config, env, env_params):
     """The actor and critic modules, `scale` from [-1, 1] to the env's action bounds, and Q_1..2 of twin params."""
-    low, high = action_bounds(env, env_params)
+    low, high = blocks.action_bounds(env, env_params)
     actor = Actor(low.shape[0], config.hidden_size)
     critic = Critic(config.hidden_size, config.layer_norm)
 
@@ -225,11 +186,12 @@ def make_train_parts(config: Config):
     (runner, metrics)`, one update phase."""
     steps_per_phase = steps_per_iteration(config)
     updates_per_phase = round(config.updates_per_step * steps_per_phase)
-    # A multiple of num_envs, so no write wraps (ReplayBuffer.add), and no larger than the transitions a run produces.
+    # A multiple of num_envs, so no write wraps (blocks.ReplayBuffer.add), and no larger than the transitions a run
+    # produces.
     capacity = min(config.buffer_size, num_iterations(config) * steps_per_phase)
     capacity = -(-capacity // config.num_envs) * config.num_envs
     env, env_params = envs.make_vec(config.env, config.num_envs)
-    low, high = action_bounds(env, env_params)
+    low, high = blocks.action_bounds(env, env_params)
     actor, critic, scale, twin_q = make_networks(config, env, env_params)
     target_entropy = -config.target_entropy_scale * low.shape[0]
 
@@ -252,8 +214,8 @@ def make_train_parts(config: Config):
         learner = Learner(train_state(actor_params), train_state(critic_params), train_state(temperature),
                           critic_params)
         zeros = jnp.zeros(config.num_envs)
-        buffer = ReplayBuffer.create(capacity, Transition(obs, jnp.zeros((config.num_envs,) + low.shape), zeros,
-                                                          zeros, obs))
+        example = Transition(obs, jnp.zeros((config.num_envs,) + low.shape), zeros, zeros, obs)
+        buffer = blocks.ReplayBuffer.create(capacity, example)
         return RunnerState(learner, buffer, env_state, obs, rng, jnp.int32(0))
 
     def sample_action(actor_params, obs, key):
@@ -322,7 +284,8 @@ def make_train_parts(config: Config):
             learner, critic_loss, q_value = _update_critics(learner, batch, key_target)
             learner, actor_loss, log_prob = _update_actor(learner, batch.obs, key_actor)
             learner, alpha_loss = _update_temperature(learner, log_prob)
-            learner = learner._replace(critic_target=polyak(learner.critic.params, learner.critic_target, config.tau))
+            critic_target = blocks.polyak(learner.critic.params, learner.critic_target, config.tau)
+            learner = learner._replace(critic_target=critic_target)
             alpha = alpha_of(learner)
             return (learner, rng), (critic_loss, actor_loss, alpha_loss, alpha, -log_prob.mean(), q_value)
 
@@ -372,7 +335,7 @@ def sampled_policy(config: Config, runner, key):
     """The policy training acts with, each action sampled from pi(.|s) (--eval --eval-sampled)."""
     env, env_params = envs.make_vec(config.env, 1)
     actor, _, _, _ = make_networks(config, env, env_params)
-    low, high = action_bounds(env, env_params)
+    low, high = blocks.action_bounds(env, env_params)
     squash = distrax.Chain([distrax.ScalarAffine(shift=(low + high) / 2, scale=(high - low) / 2), distrax.Tanh()])
 
     def distribution(obs):

@@ -23,7 +23,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
-from flax import struct
 from flax.training.train_state import TrainState
 
 from scanrl import blocks, envs
@@ -108,32 +107,6 @@ class Transition(NamedTuple):
     next_obs: jax.Array  # the true next observation, also where the episode was truncated and auto-reset
 
 
-@struct.dataclass
-class ReplayBuffer:
-    """A fixed-size ring buffer of transitions: a plain pytree, so it lives in the train state and vmaps."""
-
-    data: Transition  # arrays with a leading capacity axis
-    pos: jax.Array  # next row to write
-    size: jax.Array  # rows filled so far
-
-    @classmethod
-    def create(cls, capacity: int, example: Transition):
-        data = jax.tree.map(lambda x: jnp.zeros((capacity,) + x.shape[1:], x.dtype), example)
-        return cls(data, jnp.int32(0), jnp.int32(0))
-
-    def add(self, batch: Transition):
-        """Writes a batch of transitions (leading axis n); the capacity is a multiple of n, so no write wraps."""
-        n = jax.tree.leaves(batch)[0].shape[0]
-        capacity = jax.tree.leaves(self.data)[0].shape[0]
-        data = jax.tree.map(lambda d, x: jax.lax.dynamic_update_slice_in_dim(d, x, self.pos, 0), self.data, batch)
-        return ReplayBuffer(data, (self.pos + n) % capacity, jnp.minimum(self.size + n, capacity))
-
-    def sample(self, key, batch_size: int) -> Transition:
-        """Uniformly, with replacement, from the filled rows."""
-        index = jax.random.randint(key, (batch_size,), 0, self.size)
-        return jax.tree.map(lambda x: x[index], self.data)
-
-
 class Learner(NamedTuple):
     actor: TrainState
     critic: TrainState  # twin critics: every parameter has a leading axis of 2
@@ -143,7 +116,7 @@ class Learner(NamedTuple):
 
 class RunnerState(NamedTuple):
     learner: Learner
-    buffer: ReplayBuffer
+    buffer: blocks.ReplayBuffer
     env_state: Any
     obs: jax.Array
     rng: jax.Array
@@ -164,22 +137,9 @@ def td3_target(key, next_obs, reward, terminated, target_policy, target_twin_q, 
     return reward + gamma * (1.0 - terminated) * next_q
 
 
-def polyak(params, target_params, tau):
-    """theta' <- tau theta + (1 - tau) theta': the target moves a small step towards the online network."""
-    return jax.tree.map(lambda p, t: tau * p + (1.0 - tau) * t, params, target_params)
-
-
-
-def action_bounds(env, env_params):
-    space = env.action_space(env_params)
-    low = jnp.broadcast_to(jnp.asarray(space.low, jnp.float32), space.shape)
-    high = jnp.broadcast_to(jnp.asarray(space.high, jnp.float32), space.shape)
-    return low, high
-
-
 def make_networks(config: Config, env, env_params):
     """The actor, the critic module, and functions mu(params, obs) in env units and Q_1, Q_1..2 of twin params."""
-    low, high = action_bounds(env, env_params)
+    low, high = blocks.action_bounds(env, env_params)
     actor = Actor(low.shape[0], config.hidden_size)
     critic = Critic(config.hidden_size)
 
@@ -209,11 +169,12 @@ def make_train_parts(config: Config):
     (runner, metrics)`, one update phase."""
     steps_per_phase = steps_per_iteration(config)
     updates_per_phase = round(config.updates_per_step * steps_per_phase)
-    # A multiple of num_envs, so no write wraps (ReplayBuffer.add), and no larger than the transitions a run produces.
+    # A multiple of num_envs, so no write wraps (blocks.ReplayBuffer.add), and no larger than the transitions a run
+    # produces.
     capacity = min(config.buffer_size, num_iterations(config) * steps_per_phase)
     capacity = -(-capacity // config.num_envs) * config.num_envs
     env, env_params = envs.make_vec(config.env, config.num_envs)
-    low, high = action_bounds(env, env_params)
+    low, high = blocks.action_bounds(env, env_params)
     half_range = (high - low) / 2
     actor, critic, policy, twin_q, q1 = make_networks(config, env, env_params)
 
@@ -236,8 +197,8 @@ def make_train_parts(config: Config):
 
         learner = Learner(train_state(actor_params), train_state(critic_params), actor_params, critic_params)
         zeros = jnp.zeros(config.num_envs)
-        buffer = ReplayBuffer.create(capacity, Transition(obs, jnp.zeros((config.num_envs,) + low.shape), zeros,
-                                                          zeros, obs))
+        example = Transition(obs, jnp.zeros((config.num_envs,) + low.shape), zeros, zeros, obs)
+        buffer = blocks.ReplayBuffer.create(capacity, example)
         return RunnerState(learner, buffer, env_state, obs, rng, jnp.int32(0))
 
     def update(runner):
@@ -284,8 +245,8 @@ def make_train_parts(config: Config):
             return Learner(
                 actor_state,
                 learner.critic,
-                polyak(actor_state.params, learner.actor_target, config.tau),
-                polyak(learner.critic.params, learner.critic_target, config.tau),
+                blocks.polyak(actor_state.params, learner.actor_target, config.tau),
+                blocks.polyak(learner.critic.params, learner.critic_target, config.tau),
             ), loss
 
         def _update(carry, _):

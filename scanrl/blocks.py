@@ -6,6 +6,8 @@
     permutation                       a random permutation, about 5x faster than jax.random.permutation on XLA:CPU
     sampling_policy                   a distribution's samples as a policy for `envs.evaluate` (--eval --eval-sampled)
     run_if                            a branch on a counter in the runner that vmapped agents skip together
+    ReplayBuffer                      a ring buffer of transitions inside the train state (td3, sac)
+    polyak, action_bounds             target networks' soft update; a Box action space's bounds as arrays
 
 They know nothing of the harness: a fork may call them, copy them into its script, or replace them.
 """
@@ -14,6 +16,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+from flax import struct
 
 from scanrl.envs import RecurrentPolicy
 
@@ -129,3 +132,43 @@ def run_if(pred, fn, carry, default):
 
     _, carry, out = jax.lax.while_loop(lambda state: state[0], body, (pred, carry, default))
     return carry, out
+
+
+@struct.dataclass
+class ReplayBuffer:
+    """A fixed-size ring buffer of transitions (any pytree of arrays with a leading batch axis): a plain pytree, so
+    it lives in the train state and vmaps."""
+
+    data: object  # the transitions' arrays with a leading capacity axis
+    pos: jax.Array  # next row to write
+    size: jax.Array  # rows filled so far
+
+    @classmethod
+    def create(cls, capacity: int, example):
+        data = jax.tree.map(lambda x: jnp.zeros((capacity,) + x.shape[1:], x.dtype), example)
+        return cls(data, jnp.int32(0), jnp.int32(0))
+
+    def add(self, batch):
+        """Writes a batch of transitions (leading axis n); the capacity is a multiple of n, so no write wraps."""
+        n = jax.tree.leaves(batch)[0].shape[0]
+        capacity = jax.tree.leaves(self.data)[0].shape[0]
+        data = jax.tree.map(lambda d, x: jax.lax.dynamic_update_slice_in_dim(d, x, self.pos, 0), self.data, batch)
+        return ReplayBuffer(data, (self.pos + n) % capacity, jnp.minimum(self.size + n, capacity))
+
+    def sample(self, key, batch_size: int):
+        """Uniformly, with replacement, from the filled rows."""
+        index = jax.random.randint(key, (batch_size,), 0, self.size)
+        return jax.tree.map(lambda x: x[index], self.data)
+
+
+def polyak(params, target_params, tau):
+    """theta' <- tau theta + (1 - tau) theta': the target moves a small step towards the online network."""
+    return jax.tree.map(lambda p, t: tau * p + (1.0 - tau) * t, params, target_params)
+
+
+def action_bounds(env, env_params):
+    """A Box action space's (low, high), float32 arrays of the action's shape."""
+    space = env.action_space(env_params)
+    low = jnp.broadcast_to(jnp.asarray(space.low, jnp.float32), space.shape)
+    high = jnp.broadcast_to(jnp.asarray(space.high, jnp.float32), space.shape)
+    return low, high

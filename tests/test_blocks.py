@@ -1,4 +1,7 @@
-"""scanrl.blocks: the algorithm building blocks, against what they replace or a reference computed another way."""
+"""scanrl.blocks: the algorithm building blocks, against what they replace or a reference computed another way, and
+the replay buffer td3.py and sac.py keep in their train state."""
+
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -6,6 +9,14 @@ import numpy as np
 import pytest
 
 from scanrl import blocks
+
+
+class Transition(NamedTuple):  # as td3.py and sac.py store them
+    obs: jax.Array
+    action: jax.Array
+    reward: jax.Array
+    terminated: jax.Array
+    next_obs: jax.Array
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 7, 512, 1000, 65536, 70000])  # 70000: past 16 index bits, jax's own
@@ -69,3 +80,25 @@ def test_run_if_skips_fn_unless_an_agent_needs_it():
     carry, out = run(jnp.array([True, False]), jnp.array([1, 2], jnp.int32))
     jax.effects_barrier()
     assert calls and carry.tolist() == [2, 2] and out.tolist() == [10, -1]  # each agent gets its own branch
+
+
+def test_polyak_moves_target_towards_online():
+    moved = blocks.polyak({"w": jnp.ones(3)}, {"w": jnp.zeros(3)}, 0.005)
+    np.testing.assert_allclose(moved["w"], 0.005)
+
+
+def test_replay_buffer_is_a_ring():
+    column, flat = jnp.zeros((2, 1)), jnp.zeros(2)
+    example = Transition(column, column, flat, flat, column)
+    buffer = blocks.ReplayBuffer.create(6, example)
+    for i in range(4):  # 8 rows into 6: the first two are overwritten
+        rows = jnp.array([[2.0 * i], [2.0 * i + 1]])
+        buffer = buffer.add(Transition(rows, rows, rows[:, 0], rows[:, 0], rows))
+    assert int(buffer.size) == 6 and int(buffer.pos) == 2
+    np.testing.assert_array_equal(buffer.data.obs[:, 0], [6, 7, 2, 3, 4, 5])
+    sample = buffer.sample(jax.random.PRNGKey(0), 1000)
+    assert set(np.asarray(sample.obs[:, 0]).tolist()) == {2, 3, 4, 5, 6, 7}
+    np.testing.assert_array_equal(sample.obs[:, 0], sample.reward)  # one index for every field
+
+    half = blocks.ReplayBuffer.create(6, example).add(jax.tree.map(jnp.ones_like, example))
+    assert set(np.asarray(half.sample(jax.random.PRNGKey(0), 100).obs[:, 0]).tolist()) == {1.0}

@@ -13,7 +13,7 @@ import pytest
 from conftest import read_run
 
 import sac
-from scanrl import harness
+from scanrl import blocks, harness
 
 
 def test_soft_target_matches_reference():
@@ -134,7 +134,7 @@ def test_updates_move_every_network_and_polyak_the_targets():
     for i in range(10):
         runner, metrics = update(runner)
         if i >= 7:
-            target = sac.polyak(runner.learner.critic.params, target, tau)
+            target = blocks.polyak(runner.learner.critic.params, target, tau)
     np.testing.assert_equal(int(metrics["updates"]), 3)
     for new, old in zip(runner.learner[:3], start[:3], strict=True):
         assert int(new.step) == 3 and not np.allclose(jax.tree.leaves(new.params)[0], jax.tree.leaves(old.params)[0])

@@ -1,4 +1,4 @@
-"""td3.py: the TD3 target, polyak averaging, delayed policy updates, the replay buffer, skipping updates under
+"""td3.py: the TD3 target, delayed policy updates, the buffer keeping final observations, skipping updates under
 vmap, the CLI, and learning."""
 
 import csv
@@ -69,30 +69,6 @@ def test_bootstrap_after_truncation_not_after_termination():
     # A truncated transition is stored with terminated = 0 (see test_buffer_keeps_final_observation).
     assert float(td3.td3_target(key, obs, reward, jnp.zeros(1), *args)[0]) == pytest.approx(1 + 0.9 * 10)
     assert float(td3.td3_target(key, obs, reward, jnp.ones(1), *args)[0]) == pytest.approx(1.0)
-
-
-def test_polyak_moves_target_towards_online():
-    moved = td3.polyak({"w": jnp.ones(3)}, {"w": jnp.zeros(3)}, 0.005)
-    np.testing.assert_allclose(moved["w"], 0.005)
-
-
-def test_replay_buffer_is_a_ring():
-    column, flat = jnp.zeros((2, 1)), jnp.zeros(2)
-    example = td3.Transition(column, column, flat, flat, column)
-    buffer = td3.ReplayBuffer.create(6, example)
-    for i in range(4):  # 8 rows into 6: the first two are overwritten
-        rows = jnp.array([[2.0 * i], [2.0 * i + 1]])
-        buffer = buffer.add(td3.Transition(rows, rows, rows[:, 0], rows[:, 0], rows))
-    assert int(buffer.size) == 6 and int(buffer.pos) == 2
-    np.testing.assert_array_equal(buffer.data.obs[:, 0], [6, 7, 2, 3, 4, 5])
-    sample = buffer.sample(jax.random.PRNGKey(0), 1000)
-    assert set(np.asarray(sample.obs[:, 0]).tolist()) == {2, 3, 4, 5, 6, 7}
-    np.testing.assert_array_equal(sample.obs[:, 0], sample.reward)  # one index for every field
-
-    half = td3.ReplayBuffer.create(6, example).add(jax.tree.map(jnp.ones_like, example))
-    assert set(np.asarray(half.sample(jax.random.PRNGKey(0), 100).obs[:, 0]).tolist()) == {1.0}
-
-
 
 
 # Tiny networks: these tests check bookkeeping, not learning. Each config is one compile. One env and
