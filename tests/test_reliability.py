@@ -217,6 +217,7 @@ def test_the_compile_cache_is_used_only_in_a_folder_no_one_else_can_write(tmp_pa
     assert compile_cache.start(str(shared)) is None
     (note,) = capsys.readouterr().err.strip().splitlines()
     assert note.startswith("note: compile cache off: ") and "is writable by others (mode drwxrwxrwx)" in note, note
+    assert not any(shared.iterdir())  # nothing made in a folder it refuses
 
 
 def test_a_sweep_says_which_flags_its_values_override():

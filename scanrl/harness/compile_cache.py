@@ -146,17 +146,16 @@ def start(flag: str | None) -> str | None:
         return None
     path = os.path.join(os.path.abspath(os.path.expanduser(root)), machine_tag())
     try:
-        for folder in (os.path.dirname(path), path):  # made for this user alone, whatever the umask
-            os.makedirs(folder, mode=0o700, exist_ok=True)
-        if not os.access(path, os.W_OK | os.X_OK):
-            raise PermissionError("not writable")
-        for where in (os.path.dirname(path), path):  # who else could plant a program here
-            status = os.stat(where)
+        for folder in (os.path.dirname(path), path):  # made for this user alone whatever the umask, each checked
+            os.makedirs(folder, mode=0o700, exist_ok=True)  # before anything is made in it
+            status = os.stat(folder)
             if status.st_uid != os.getuid() or status.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
                 whose = "writable by others" if status.st_uid == os.getuid() else "not yours"
-                raise PermissionError(f"{where} is {whose} (mode {stat.filemode(status.st_mode)}), so a program "
+                raise PermissionError(f"{folder} is {whose} (mode {stat.filemode(status.st_mode)}), so a program "
                                       "planted in it would run; use a folder of your own that only you can write "
                                       "(chmod go-w)")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError("not writable")
     except OSError as error:
         print(f"note: compile cache off: cannot use {path} ({error.strerror or error}); set --compile-cache to "
               "another directory, or off", file=sys.stderr)
