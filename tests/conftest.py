@@ -16,6 +16,8 @@ import pytest  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from cases import finished_runs  # noqa: E402, F401 - the fixture of tests/cases.py that many test files share
+
 
 def descendants(pid) -> list[int]:
     """Every process below `pid` (children, their children, ...), from /proc."""

@@ -12,8 +12,8 @@ import sys
 import textwrap
 
 import pytest
+from cases import CASES, cli_flags, exit_code_and_error
 from conftest import ROOT
-from test_harness import CASES, cli_flags, exit_code_and_error
 
 from scanrl import harness
 from scanrl.harness import contract
@@ -24,7 +24,7 @@ from scanrl.harness import contract
 CONTRACT_FLAGS = {case: cli_flags(tiny) for case, (_, tiny, _) in CASES.items()}
 CONTRACT_FLAGS["tabular_q"] = ["--agent", "tabular", "--start-e", "0.5", "--num-steps", "5000",
                                "--total-timesteps", "20000"]
-# Scripts whose contract runs here but which test_harness.CASES does not (yet) hold: case -> (module, tiny run).
+# Scripts whose contract runs here but which cases.CASES does not (yet) hold: case -> (module, tiny run).
 CONTRACT_ONLY = {"sac": ("sac", dict(total_timesteps=1024, update_every=32, log_every=1, learning_starts=256,
                                      batch_size=64, hidden_size=32, num_seeds=2, eval_episodes=2))}
 CONTRACT_FLAGS.update({case: cli_flags(tiny) for case, (_, tiny) in CONTRACT_ONLY.items()})

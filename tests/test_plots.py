@@ -1,6 +1,6 @@
-"""scanrl/harness/plots.py (and summaries.py's final returns): learning curves carry each seed's return forward from
-its latest finished episodes (no gaps, never empty), count the seeds they cover, and a sweep's points share one plot;
-and benchmarks/seed_curves.py, every seed's curve of a run."""
+"""scanrl/harness/plots.py: learning curves carry each seed's return forward from its latest finished
+episodes (no gaps, never empty), count the seeds they cover, and a sweep's points share one plot; and
+benchmarks/seed_curves.py, every seed's curve of a run."""
 
 import csv
 import importlib.util
@@ -8,12 +8,10 @@ import json
 
 import numpy as np
 import pytest
+from cases import NAN, sparse_metrics
 from conftest import ROOT
 
-from scanrl.harness import plots, summaries
-from scanrl.harness.metrics import MetricsCsv, Progress
-
-NAN = np.nan
+from scanrl.harness import plots
 
 
 @pytest.fixture
@@ -29,16 +27,6 @@ def figures(monkeypatch):
     yield made
     for fig in made:
         plots._pyplot().close(fig)
-
-
-def sparse_metrics(num_seeds=3, iterations=40, every=7):
-    """Seed s ends an episode (return 10 * row) every `every` rows from row s + 1: most rows hold NaN."""
-    returns = np.full((num_seeds, iterations), NAN)
-    for s in range(num_seeds):
-        returns[s, s + 1::every] = 10.0 * np.arange(s + 1, iterations, every)
-    return {"env_steps": np.tile(100 * (1 + np.arange(iterations)), (num_seeds, 1)),
-            "episodes": (~np.isnan(returns)).astype(np.float32), "episode_return": returns,
-            "episode_length": np.where(np.isnan(returns), NAN, 200.0)}
 
 
 def legend_texts(ax):
@@ -105,41 +93,6 @@ def test_sweep_plot_names_every_point_on_shared_axes(figures):
     assert legend_texts(ax) == ["lr=0.001: mean over 3 seeds", "lr=0.0003: no episode ended"]
     low, high = plots.shared_ylim([c for c in curves if c is not None])
     assert low < 10.0 and high > 390.0
-
-
-def test_final_return_falls_back_to_the_last_finished_episode():
-    metrics = sparse_metrics(num_seeds=2, iterations=40, every=30)  # episodes end at rows 1, 31 and 2, 32
-    metrics["episode_return"][1, 32] = NAN
-    metrics["episodes"][1, 32] = 0
-    final, fallback = summaries.final_returns(metrics, with_fallback=True)
-    np.testing.assert_array_equal(fallback, [True, True])  # the last 4 rows hold no episode
-    np.testing.assert_array_equal(final, [310.0, 20.0])
-
-
-def test_metrics_csv_writes_counts_as_integers(tmp_path):
-    metrics = {"env_steps": np.array([[512.0]]), "episodes": np.array([[21.0]], np.float32),
-               "episode_return": np.array([[20.5]])}
-    MetricsCsv(str(tmp_path / "metrics.csv"), list(metrics), [0]).append(0, metrics)
-    rows = list(csv.reader(open(tmp_path / "metrics.csv")))
-    assert rows == [["seed", "iteration", "env_steps", "episodes", "episode_return"], ["0", "1", "512", "21", "20.5"]]
-
-
-def test_progress_lines_carry_returns_forward(capsys):
-    """A progress line shows each agent's latest finished episodes, also from rows between the lines, and says
-    'no episode ended yet' only before any ended."""
-    from types import SimpleNamespace
-
-    import jax.numpy as jnp
-
-    config = SimpleNamespace(seed=0, num_seeds=2)
-    progress = Progress(config, [{}], np.arange(2), [], ("env_steps", "episode_return"), period=2)
-    returns = jnp.array([[NAN, NAN, 5.0, NAN, NAN, NAN], [NAN, NAN, NAN, 7.0, NAN, NAN]])
-    rows = {"env_steps": jnp.tile(jnp.arange(1, 7) * 10.0, (2, 1)), "episode_return": returns}
-    progress.show(0, 6, rows)
-    lines = capsys.readouterr().out.splitlines()
-    assert [line.split("env_steps")[0].split()[1] for line in lines] == ["2", "4", "6"]
-    assert lines[0].endswith("no episode ended yet")
-    assert "return mean     6.00  min     5.00  max     7.00" in lines[1] and lines[2].endswith(lines[1][-40:])
 
 
 def fake_run(path, seed0, curves, evals):

@@ -1,5 +1,5 @@
 """The private JAX APIs the harness uses, and one reading of JAX's output that no API gives, in one place, each
-with a test (tests/test_harness.py) that fails loudly when a jax upgrade changes it (jax pinned: requirements.txt).
+with a test (tests/test_jax_private.py) that fails loudly when a jax upgrade changes it (jax pinned: requirements.txt).
 
 - The persistent compilation cache's storage: JAX has a public switch for its cache (`jax_compilation_cache_dir`)
   but none for how entries are stored; compile_cache.py replaces JAX's file store with one that writes atomically.

@@ -1,0 +1,73 @@
+"""scanrl/harness/checkpoints.py: --resume goes on past damaged checkpoints (set aside, with a
+warning) from an intact one, and never discards recorded iterations whose checkpoints are gone."""
+
+import json
+import shutil
+
+import pytest
+from cases import checkpoint_steps, copy_run, damage_checkpoint, exit_code_and_error, read_csv
+
+
+def test_resume_falls_back_past_a_damaged_newest_checkpoint(finished_runs, tmp_path, capsys):
+    import ppo
+
+    run_dir = copy_run(finished_runs, "ppo", tmp_path)
+    (run_dir / "summary.json").unlink()
+    damage_checkpoint(run_dir, 4)
+    ppo.main(ppo.Config(resume=str(run_dir)))
+    out = capsys.readouterr().out
+    assert f"warning: checkpoint {run_dir / 'checkpoints' / '4'} cannot be read" in out
+    assert "resuming after iteration 3 of 4" in out
+    assert (run_dir / "damaged_checkpoints" / "4").is_dir() and checkpoint_steps(run_dir)[-1] == 4
+    assert read_csv(run_dir / "metrics.csv") == read_csv(finished_runs["ppo"] / "metrics.csv")
+
+
+@pytest.mark.parametrize("loss", ["deleted", "emptied", "a file"])
+def test_resume_never_discards_recorded_iterations_when_the_checkpoints_are_gone(loss, finished_runs, tmp_path,
+                                                                                   capsys):
+    """A run whose metrics.csv records iterations but whose checkpoints/ is gone is refused, not started again (it
+    used to be, replacing metrics.csv); nothing in the directory changes."""
+    import ppo
+
+    run_dir = copy_run(finished_runs, "ppo", tmp_path)
+    (run_dir / "summary.json").unlink()
+    shutil.rmtree(run_dir / "checkpoints")
+    if loss != "deleted":
+        (run_dir / "checkpoints").mkdir() if loss == "emptied" else (run_dir / "checkpoints").write_text("")
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(resume=str(run_dir)))
+    assert code == 2 and len(err) == 1, err
+    if loss == "a file":
+        assert err[0].startswith(f"error: --resume: {run_dir / 'checkpoints'} is not a folder; move it away")
+    else:
+        assert err[0] == (f"error: --resume: {run_dir / 'checkpoints'} "
+                          f"{'is missing' if loss == 'deleted' else 'holds no checkpoint'}, but metrics.csv records 4 "
+                          "iterations: starting again would discard them; put back its checkpoints, or train a new "
+                          "run (python ppo.py without --resume)")
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize("damage", ["truncated array file", "arrays unlike their checksums"])
+def test_resume_sets_damaged_checkpoint_data_aside_and_goes_on_from_an_intact_one(damage, finished_runs, tmp_path,
+                                                                                   capsys):
+    """Damage inside the newest checkpoint's arrays: a file cut short (orbax raised a bare Exception: a traceback)
+    or arrays that read but are not what was written (flipped bytes, restored silently): the checkpoint is set
+    aside with a warning and the run goes on from the one before, to the uninterrupted run's metrics."""
+    import ppo
+
+    run_dir = copy_run(finished_runs, "ppo", tmp_path)
+    (run_dir / "summary.json").unlink()
+    newest = run_dir / "checkpoints" / "4"
+    if damage == "truncated array file":
+        data = max((p for p in (newest / "runner").rglob("*") if p.is_file() and p.parent.name == "d"),
+                   key=lambda p: p.stat().st_size)
+        data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    else:  # the arrays as written, their recorded checksum not: as if the arrays had changed after the write
+        meta = json.loads((newest / "meta" / "metadata").read_text())
+        meta["checksums"]["runner"][0] ^= 1
+        (newest / "meta" / "metadata").write_text(json.dumps(meta))
+    ppo.main(ppo.Config(resume=str(run_dir)))
+    out = capsys.readouterr().out
+    assert f"warning: checkpoint {newest} cannot be read (" in out and "resuming after iteration 3 of 4" in out
+    assert (run_dir / "damaged_checkpoints" / "4").is_dir()
+    assert read_csv(run_dir / "metrics.csv") == read_csv(finished_runs["ppo"] / "metrics.csv")

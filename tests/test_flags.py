@@ -1,0 +1,131 @@
+"""scanrl/harness/flags.py: the flags every script shares, checked before anything is written: a bad
+value is one error line naming its flag, exit 2 (every numeric flag of every script drawn at random)."""
+
+import dataclasses
+import importlib
+import math
+import os
+import re
+
+import pytest
+from cases import SCRIPTS, exit_code_and_error
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scanrl import harness
+
+
+def test_shared_flags_are_checked_before_anything_is_written(tmp_path):
+    import ppo
+
+    config = ppo.Config(out_dir=str(tmp_path / "runs"))
+    bad = [
+        (dict(env="CartPol-v1"), "--env: unknown env 'CartPol-v1': did you mean CartPole-v1"),
+        (dict(num_seeds=-2), "--num-seeds must be a positive integer, got -2"),
+        (dict(total_timesteps=0), "--total-timesteps must be a positive integer"),
+        (dict(eval_episodes=0), "--eval-episodes must be a positive integer"),
+        (dict(num_chunks=0), "--num-chunks must be a positive integer"),
+        (dict(num_chunks=977), "--num-chunks 977 is more than the 976 iterations of this run"),
+        (dict(seed=-1), "--seed -1 with --num-seeds 1: the seeds must lie in 0 to 4294967295"),
+        (dict(seed=2**32 - 1, num_seeds=2), "the seeds must lie in 0 to 4294967295"),
+        (dict(num_devices=0), "--num-devices must be a positive integer"),
+        (dict(num_processes=2), "a multi-process run needs --coordinator-address"),
+        (dict(num_processes=2, coordinator_address="localhost:1", process_id=2), "--process-id 2 must lie in 0 to"),
+        (dict(learning_rate=float("nan")), "--learning-rate must be a finite number, got nan"),
+        (dict(ent_coef=float("-inf")), "--ent-coef must be a finite number, got -inf"),
+        (dict(learning_rate=1e40), "--learning-rate must be a finite number, got 1e+40, which is infinite in float32"),
+        (dict(sweep=("lr=3e-4,nan",)), "--sweep learning_rate=nan: --learning-rate must be a finite number"),
+        (dict(sweep=("gamma=inf",)), "--sweep gamma=inf: --gamma must be a finite number"),
+        *[(dict(run_name=name), f"--run-name {name!r} must be one directory name")
+          for name in ("../x", "/tmp/x", "a/b", ".", "..", "")],
+        (dict(out_dir=str(tmp_path / "a_file" / "runs")), "a_file is a file, not a directory"),
+    ]
+    (tmp_path / "a_file").write_text("")
+    for overrides, message in bad:
+        with pytest.raises(harness.ConfigError) as error:
+            harness.check(ppo.ALGORITHM, dataclasses.replace(config, **overrides))
+        assert message in str(error.value) and "\n" not in str(error.value), overrides
+    assert harness.check(ppo.ALGORITHM, dataclasses.replace(config, seed=2**32 - 2, num_seeds=2))
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
+def test_read_only_out_dir_exits_2_before_anything_is_written(tmp_path, capsys):
+    import ppo
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(out_dir=str(locked / "runs")))
+        assert code == 2 and err == [f"error: --out-dir {locked / 'runs'}: {locked} is not writable by this user; "
+                                     "choose another --out-dir"]
+    finally:
+        locked.chmod(0o755)
+
+
+def test_bad_gif_paths_exit_2(tmp_path, capsys):
+    import ppo
+
+    run_dir = tmp_path / "no_run"  # the --gif checks come before the run directory is read
+    for gif, words in ((str(tmp_path), "is a directory; give a file path"),
+                       (str(tmp_path / "missing" / "a.gif"), "the folder"),
+                       (str(tmp_path / "episode.png"), "the file name must end in .gif")):  # was PIL's, after drawing
+        code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(eval=str(run_dir), gif=gif))
+        assert code == 2 and len(err) == 1 and err[0].startswith(f"error: --gif {gif}") and words in err[0], err
+
+
+# Values a hostile or careless user types: non-finite, negative, zero, tiny, huge, and some ordinary ones.
+FLOATS = st.one_of(st.sampled_from([math.nan, math.inf, -math.inf, 0.0, -0.0, -1.0, 1e-300, 1e300, 0.5, 1.0, 2.0]),
+                   st.floats(allow_nan=True, allow_infinity=True))
+
+
+INTS = st.one_of(st.sampled_from([0, -1, 1, 2, 3, 2**31, 2**32, 2**63 - 1, -(2**63)]),
+                 st.integers(min_value=-(2**70), max_value=2**70))
+
+
+def numeric_fields(config_type):
+    """The int and float fields of a Config (`int | None` ones too), by name -> 'int' or 'float'."""
+    kinds = {}
+    for field in dataclasses.fields(config_type):
+        text = str(field.type)
+        if text in ("<class 'int'>", "int", "int | None"):
+            kinds[field.name] = "int"
+        elif text in ("<class 'float'>", "float", "float | None"):
+            kinds[field.name] = "float"
+    return kinds
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_numeric_flag_is_valid_or_one_error_naming_a_flag(script, tmp_path):
+    """For each numeric field of the script's Config, random values (finite, non-finite, negative, zero, huge) give
+    either a config that checks out, or a ConfigError of one line naming a flag: never another exception."""
+    module = importlib.import_module(script)
+    kinds = numeric_fields(module.Config)
+    assert {"seed", "num_seeds", "total_timesteps", "num_chunks"} <= set(kinds)  # the shared ones are found
+    base = module.Config(out_dir=str(tmp_path / "runs"))
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(data=st.data())
+    def check_one(data):
+        name = data.draw(st.sampled_from(sorted(kinds)))
+        value = data.draw(INTS if kinds[name] == "int" else FLOATS)
+        config = dataclasses.replace(base, **{name: value})
+        try:
+            harness.check(module.ALGORITHM, config)
+        except harness.ConfigError as error:
+            message = str(error)
+            assert "\n" not in message and re.search(r"--[a-z]", message), (name, value, message)
+
+    check_one()
+    assert not (tmp_path / "runs").exists()
+
+
+def test_counts_past_int32_exit_2():
+    import ppo
+
+    for overrides, message in [
+        (dict(total_timesteps=2**31), "--total-timesteps: 2,147,483,648 is more than the 2,147,483,647"),
+    ]:
+        with pytest.raises(harness.ConfigError, match=re.escape(message)):
+            harness.check(ppo.ALGORITHM, ppo.Config(**overrides))

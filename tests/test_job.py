@@ -1,0 +1,52 @@
+"""scanrl/harness/job.py: the one driver of the compiled program: the scan in pieces equals one scan, and
+one piece length divides the run."""
+
+
+import jax
+import numpy as np
+import pytest
+from cases import tiny_config
+
+from scanrl import harness
+from scanrl.harness.agents import seed_keys
+from scanrl.harness.job import piece_length
+
+
+# The harness runs a run's pieces at one scan length; this guards what make_train and a fork's own loop rely on,
+# for an on-policy script and an off-policy one with counters in its runner (the contract resumes every script).
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["ppo", "td3"])
+def test_scans_of_update_in_pieces_equal_one_scan(case, tmp_path):
+    """The 4 iterations of `update` scanned in pieces of 2, 1 and 1 (three compiled scan lengths, as the command
+    line's pieces and chunks cut a run) give the numbers of one scan over all of them, bit for bit. (`make_train`
+    under one jit agrees to float rounding: test_sweeps.py compares it with a sweep's agents.)"""
+    module, config = tiny_config(case, tmp_path)
+    keys = seed_keys(config)
+    init, update = module.make_train_parts(config)
+    init = jax.jit(jax.vmap(init))
+
+    def scan(length):
+        return jax.jit(jax.vmap(lambda runner: jax.lax.scan(lambda r, _: update(r), runner, None, length)))
+
+    assert module.num_iterations(config) == 4
+    whole_runner, whole = scan(4)(init(keys))
+    runner, parts = init(keys), []
+    for length in (2, 1, 1):
+        runner, metrics = scan(length)(runner)
+        parts.append(metrics)
+    for key in whole:
+        np.testing.assert_array_equal(np.concatenate([p[key] for p in parts], axis=1), whole[key], err_msg=key)
+    for got, expected in zip(jax.tree.leaves(runner), jax.tree.leaves(whole_runner), strict=True):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
+
+
+def test_one_piece_length_divides_the_run():
+    """Every piece of the compiled scan has one static length: the largest divisor of the run's iterations within
+    --log-every and a chunk, so one program runs every piece (a prime count falls back to pieces of one)."""
+    import ppo
+
+    assert ppo.num_iterations(ppo.Config()) == 976 and piece_length(976, ppo.Config()) == 16  # 976 = 16 x 61
+    assert piece_length(976, ppo.Config(num_chunks=100)) == 8  # at most 9 iterations a chunk
+    assert piece_length(97, ppo.Config()) == 1
+    assert piece_length(10, ppo.Config(log_every=1000)) == 10
+    assert harness.check(ppo.ALGORITHM, ppo.Config())[0].num_chunks is None  # checkpoints by time

@@ -1,0 +1,82 @@
+"""scanrl/harness/rundir.py: the run directory: of the runs that claim one at once exactly one gets it,
+default names of runs started in the same second differ, and its JSON files hold no NaN."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from cases import CASES, cli_flags, read_csv
+from conftest import ROOT
+
+
+def test_of_many_claims_on_one_run_directory_exactly_one_wins(tmp_path):
+    """Creating the directory and its config.json is one exclusive step: threads that start together never share a
+    run directory (the old check-then-create let two runs write one metrics.csv)."""
+    import threading
+
+    from scanrl.harness.rundir import claim_run_directory
+
+    start, results = threading.Barrier(16), []
+
+    def claim(i):
+        start.wait()
+        results.append((i, claim_run_directory(str(tmp_path / "runs" / "one"), {"claimant": i})))
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [i for i, error in results if not error]
+    assert len(winners) == 1
+    assert all("exists and is not empty" in error for _, error in results if error)
+    assert json.loads((tmp_path / "runs" / "one" / "config.json").read_text()) == {"claimant": winners[0]}
+
+
+@pytest.mark.slow
+def test_two_runs_started_at_once_with_one_run_name_one_trains_the_other_exits_2(tmp_path):
+    _, tiny, _ = CASES["ppo"]
+    flags = cli_flags({**tiny, "num_seeds": 1, "run_name": "same", "out_dir": str(tmp_path / "runs")})
+    processes = [subprocess.Popen([sys.executable, str(ROOT / "ppo.py"), *flags], cwd=tmp_path,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = [p.communicate(timeout=600) for p in processes]
+    codes = sorted(p.returncode for p in processes)
+    assert codes == [0, 2], outputs
+    (err,) = [e for p, (_, e) in zip(processes, outputs, strict=True) if p.returncode == 2]
+    assert err.strip().splitlines() == [f"error: run directory {tmp_path / 'runs' / 'same'} exists and is not empty; "
+                                        "choose another --run-name, or --resume it"]
+    assert len(read_csv(tmp_path / "runs" / "same" / "metrics.csv")) == 1 + 4  # header, 4 iterations of 1 seed
+
+
+@pytest.mark.slow
+def test_default_run_names_of_runs_started_in_the_same_second_differ(tmp_path, monkeypatch):
+    import time
+    import types
+
+    import ppo
+
+    # One second for both runs (the run directory module's clock only).
+    from scanrl.harness import rundir
+
+    monkeypatch.setattr(rundir, "time", types.SimpleNamespace(time=lambda: 1_800_000_000.0,
+                                                                      perf_counter=time.perf_counter))
+    config = ppo.Config(**{**CASES["ppo"][1], "num_seeds": 1, "out_dir": str(tmp_path)})
+    for _ in range(2):
+        ppo.main(config)
+    names = os.listdir(tmp_path)
+    assert len(names) == 2 and all(n.startswith("CartPole-v1__ppo__0__1800000000_") for n in names)
+
+
+def test_summary_json_is_valid_json_with_nan_as_null(tmp_path):
+    import json
+
+    import numpy as np
+
+    from scanrl.harness.rundir import write_json
+
+    write_json(str(tmp_path / "summary.json"), {"a": float("nan"), "b": [np.float32("inf"), 1.5], "c": {"d": np.nan}})
+    text = (tmp_path / "summary.json").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    assert json.loads(text) == {"a": None, "b": [None, 1.5], "c": {"d": None}}

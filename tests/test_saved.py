@@ -1,0 +1,121 @@
+"""scanrl/harness/saved.py: a run's config.json, read back for --resume and --eval and held to its
+checkpoint's config: a missing, foreign, damaged or edited one is one error line; --resume takes the logging flags the
+command line names."""
+
+import json
+import shutil
+
+import pytest
+from cases import checkpoint_steps, copy_run, damage_checkpoint, exit_code_and_error
+
+from scanrl import harness
+
+
+def test_bad_resume_and_eval_exit_2_and_change_nothing(finished_runs, tmp_path, capsys):
+    import ppo
+
+    run_dir = copy_run(finished_runs, "ppo", tmp_path)
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "config.json").write_text(json.dumps({"algo": "td3"}))
+    cases = [
+        (dict(resume=str(tmp_path / "nowhere")), "--resume: no run directory"),
+        (dict(eval=str(tmp_path / "nowhere")), "--eval: no run directory"),
+        (dict(resume=str(foreign)), "is a run of td3 (td3.py), not of ppo (ppo.py); use td3.py"),
+        (dict(eval=str(tmp_path)), "is missing or unreadable; is"),
+        (dict(resume=str(run_dir), seed=7), "--seed 7 (run: 0) would change the run's results"),
+        (dict(eval=str(run_dir), seed_index=2), "--seed-index 2 is out of range: the run has 2 agents"),
+    ]
+    for overrides, message in cases:
+        code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(**overrides))
+        assert code == 2 and len(err) == 1 and err[0].startswith("error: ") and message in err[0], (overrides, err)
+
+    other_env = tmp_path / "other-env"  # a checkpoint of another env in this run's directory
+    shutil.copytree(run_dir, other_env)
+    saved = json.loads((other_env / "config.json").read_text())
+    (other_env / "config.json").write_text(json.dumps({**saved, "env": "Acrobot-v1"}))
+    code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(eval=str(other_env)))
+    assert code == 2 and len(err) == 1 and "config.json says --env Acrobot-v1, but its newest checkpoint" in err[0] \
+        and "was trained with --env CartPole-v1" in err[0], err
+
+    for step in checkpoint_steps(run_dir):
+        damage_checkpoint(run_dir, step)
+    code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(resume=str(run_dir)))
+    assert code == 2 and len(err) == 1 and "cannot be read" in err[0] and "damaged" in err[0], err
+    assert "no older checkpoint can be read either" in err[0]
+    shutil.rmtree(run_dir / "checkpoints")
+    code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(eval=str(run_dir)))
+    assert code == 2 and len(err) == 1 and "has no checkpoint in checkpoints/ yet" in err[0], err
+    after = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    assert {p: b for p, b in before.items() if "checkpoints" not in p.parts} == after
+
+
+def test_resume_holds_config_json_to_the_config_its_checkpoint_was_trained_with(finished_runs, tmp_path, capsys):
+    """A config.json that lost a field or had its seed changed used to change the resumed run silently (a longer
+    run, another seed's labels on the seed-0 agents): it is refused naming the field, unless the command line names
+    the field with the checkpoint's value."""
+    import ppo
+    from scanrl.harness.checkpoints import trained_config
+    from scanrl.harness.saved import resumed_config
+
+    run_dir = copy_run(finished_runs, "ppo", tmp_path)
+    (run_dir / "summary.json").unlink()
+    saved = json.loads((run_dir / "config.json").read_text())
+    newest = run_dir / "checkpoints" / "4"
+    edits = {"total_timesteps": ({k: v for k, v in saved.items() if k != "total_timesteps"},
+                                 f"has no total_timesteps, but its newest checkpoint ({newest}) was trained with "
+                                 f"--total-timesteps {saved['total_timesteps']}; put that value back in config.json, "
+                                 f"or pass --total-timesteps {saved['total_timesteps']} to resume the run as it was "
+                                 "trained"),
+             "seed": ({**saved, "seed": 5}, f"says --seed 5, but its newest checkpoint ({newest}) was trained with "
+                                            "--seed 0; ")}
+    for field, (edited, message) in edits.items():
+        (run_dir / "config.json").write_text(json.dumps(edited))
+        before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+        code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(resume=str(run_dir)))
+        assert code == 2 and len(err) == 1 and err[0].startswith(f"error: --resume: {run_dir / 'config.json'} "
+                                                                 f"{message}"), err
+        assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+        # The command line naming the checkpoint's value settles it; another value would change the results.
+        value, flag_name = saved[field], "--" + field.replace("_", "-")
+        resumed = resumed_config(ppo.ALGORITHM, ppo.Config(resume=str(run_dir), **{field: value}), {"resume", field},
+                                 trained_config(str(run_dir)))
+        assert (resumed.seed, resumed.total_timesteps) == (0, saved["total_timesteps"])
+        with pytest.raises(harness.ConfigError, match=f"was trained with {flag_name}"):
+            resumed_config(ppo.ALGORITHM, ppo.Config(resume=str(run_dir), **{field: value + 1}), {"resume", field},
+                           trained_config(str(run_dir)))
+
+
+@pytest.mark.parametrize("field, value", [("num_seeds", 1.5), ("num_seeds", "two"), ("learning_rate", None),
+                                          ("env", "NoSuchEnv-v0"), ("num_seeds", 3), ("hidden_size", 32)])
+def test_a_foreign_or_damaged_config_json_is_one_error_line(field, value, finished_runs, tmp_path, capsys):
+    """--eval and --resume of a run whose config.json holds values of the wrong type, an unknown env, or sizes other
+    than its checkpoint was trained with: one line naming config.json and the field, exit 2 (they were tracebacks)."""
+    import ppo
+
+    run_dir = copy_run(finished_runs, "ppo", tmp_path)
+    (run_dir / "summary.json").unlink()
+    saved = json.loads((run_dir / "config.json").read_text())
+    (run_dir / "config.json").write_text(json.dumps({**saved, field: value}))
+    for flag in ("eval", "resume"):
+        code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(**{flag: str(run_dir)}))
+        assert code == 2 and len(err) == 1 and err[0].startswith("error: "), (flag, err)
+        assert field in err[0] or field.replace("_", "-") in err[0], (flag, err)
+
+
+def test_resume_takes_logging_flags_given_at_their_defaults(finished_runs, tmp_path):
+    """A run directory saved with --track (someone else's, say) resumes with --no-track: a flag the command line
+    names wins, although it equals the default."""
+    import ppo
+    from scanrl.harness.saved import given_fields, resumed_config
+
+    run_dir = copy_run(finished_runs, "ppo", tmp_path)
+    saved = json.loads((run_dir / "config.json").read_text())
+    (run_dir / "config.json").write_text(json.dumps({**saved, "track": True, "wandb_entity": "someone"}))
+    argv = ["--resume", str(run_dir), "--no-track", "--wandb-entity=mine", "--eval-episodes", "10"]
+    assert given_fields(ppo.ALGORITHM, argv) == {"resume", "track", "wandb_entity", "eval_episodes"}
+    config = ppo.Config(resume=str(run_dir), track=False, wandb_entity="mine")
+    resumed = resumed_config(ppo.ALGORITHM, config, given_fields(ppo.ALGORITHM, argv))
+    assert (resumed.track, resumed.wandb_entity, resumed.eval_episodes) == (False, "mine", 10)
+    assert resumed_config(ppo.ALGORITHM, config).track  # without the command line: only what differs from defaults

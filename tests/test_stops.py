@@ -1,0 +1,188 @@
+"""scanrl/harness/stops.py: a run stops where a piece of the scan ends, resumable: on Ctrl-C or SIGTERM
+(while compiling, in a single-chunk run, a second one at once), on a failed write, and on non-finite values (at the
+last good checkpoint; a sweep's diverging point is reported while the healthy points finish)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from cases import CASES, checkpoint_steps, cli_flags, exit_code_and_error, read_csv, restore_params, tiny_config
+from conftest import ROOT
+
+from scanrl import harness
+
+
+# A runner of TrainStates (ppo; td3 with a replay buffer beside them) and one without (the Q-table).
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["ppo", "td3", "tabular_q"])
+def test_nonfinite_stops_run_and_keeps_last_good_checkpoint(case, tmp_path, capsys):
+    """A diverging run stops at the end of the chunk where a value first went non-finite, names the seeds and the
+    iteration, and keeps the checkpoint before it, finite."""
+    module, config = tiny_config(case, tmp_path / "runs", run_name="nan", **CASES[case][2])
+    code, err = exit_code_and_error(capsys, module.main, config)
+    run_dir = tmp_path / "runs" / "nan"
+    rows = read_csv(run_dir / "metrics.csv")
+    flagged = [(int(row[0]), int(row[1])) for row in rows[1:] if row[-1] == "True"]
+    assert rows[0][-1] == "nonfinite" and flagged, "the planted divergence did not happen"
+    first = min(u for _, u in flagged)  # metrics.csv counts iterations from 1
+    seeds = sorted({s for s, u in flagged if u == first})
+    chunk = module.num_iterations(config) // config.num_chunks
+    last_good = (first - 1) // chunk * chunk
+    assert last_good > 0, "the plant diverges in the first chunk: no good checkpoint to check"
+    assert code == 1
+    assert err[-1].startswith(f"error: non-finite loss or parameters in seed(s) {', '.join(map(str, seeds))}, "
+                              f"first at iteration {first} "), err
+    assert f"the last good checkpoint is at iteration {last_good}" in err[-1]
+    assert not (run_dir / "summary.json").exists()
+    assert max(int(row[1]) for row in rows[1:]) == last_good + chunk  # the bad chunk's rows are written too
+    step, params = restore_params(module, config, run_dir)
+    assert step == last_good and all(np.isfinite(p).all() for p in params if p.dtype.kind == "f")
+
+
+@pytest.mark.slow
+def test_sigint_leaves_a_resumable_run(finished_runs, run_script, tmp_path):
+    """Ctrl-C during a run (here as soon as it starts compiling): it stops once compiled, before training, exit
+    130, saying nothing was trained and how to start it; --resume completes the run to the numbers of an
+    uninterrupted one."""
+    _, tiny, _ = CASES["ppo"]
+    # on the finished run's devices (this process's count), whose numbers it must end with
+    devices = json.loads((finished_runs["ppo"] / "config.json").read_text())["num_devices"]
+    flags = cli_flags({**tiny, "num_chunks": 4, "run_name": "cut", "out_dir": tmp_path / "runs",
+                       "num_devices": devices})
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path)}
+    process = subprocess.Popen([sys.executable, str(ROOT / "ppo.py"), *flags], cwd=tmp_path, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in process.stdout:  # the signal handler is in place once the run's first line is out
+        if "run dir" in line:
+            break
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=600)
+    run_dir = tmp_path / "runs" / "cut"
+    assert process.returncode == 130, err
+    assert f"nothing was trained; start it with: python ppo.py --resume {run_dir}" in err
+    assert not (run_dir / "summary.json").exists() and not (run_dir / "metrics.csv").exists()
+    result = run_script("ppo.py", "--resume", str(run_dir), add_out_dir=False)
+    assert result.returncode == 0, result.stderr
+    assert read_csv(run_dir / "metrics.csv") == read_csv(finished_runs["ppo"] / "metrics.csv")
+
+
+def test_a_signal_during_compilation_stops_before_training_saying_nothing_was_trained(tmp_path, capsys,
+                                                                                       monkeypatch):
+    """SIGTERM while the program compiles used to train the whole first chunk first."""
+
+    from scanrl.harness import train
+
+    compile_job = train.compile_job
+
+    def compile_then_signal(*args):
+        compiled = compile_job(*args)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return compiled
+
+    monkeypatch.setattr(train, "compile_job", compile_then_signal)
+    module, config = tiny_config("ppo", tmp_path / "runs", run_name="stopped")
+    code, err = exit_code_and_error(capsys, module.main, config)
+    run_dir = tmp_path / "runs" / "stopped"
+    assert code == 128 + signal.SIGTERM and err[-1] == ("SIGTERM: stopped while compiling, before any training: "
+                                                        "nothing was trained; start it with: python ppo.py --resume "
+                                                        f"{run_dir}"), err
+    assert sorted(p.name for p in run_dir.iterdir()) == ["config.json"]
+
+
+def test_a_signal_in_a_single_chunk_run_stops_where_the_iterations_under_way_end(finished_runs, tmp_path, capsys,
+                                                                                monkeypatch):
+    """With one chunk, SIGTERM was acted on only when the run had ended (exit 0): it stops after the piece of the
+    chunk under way (here 1 iteration), with metrics and a checkpoint, and --resume ends with the uninterrupted
+    run's metrics. While it trains, the run holds its directory: another trainer is refused, naming its pid."""
+    from scanrl.harness.files import LOCK_NAME, RunLock
+    from scanrl.harness.metrics import Progress
+
+    show, shown = Progress.show, []
+
+    def show_then_signal(self, *args):
+        if not shown:
+            with pytest.raises(harness.ConfigError, match=f"another process \\(pid {os.getpid()}\\) is training"):
+                RunLock(str(tmp_path / "runs" / "one_chunk"), "--resume")
+            os.kill(os.getpid(), signal.SIGTERM)
+        shown.append(args[0])
+        return show(self, *args)
+
+    monkeypatch.setattr(Progress, "show", show_then_signal)
+    module, config = tiny_config("ppo", tmp_path / "runs", run_name="one_chunk", num_chunks=1)
+    code, err = exit_code_and_error(capsys, module.main, config)
+    run_dir = tmp_path / "runs" / "one_chunk"
+    assert code == 128 + signal.SIGTERM and err[-1].startswith("SIGTERM: stopped after iteration 2 of 4, metrics and "
+                                                               "checkpoint written; continue with: "), err
+    assert checkpoint_steps(run_dir) == [2] and len(read_csv(run_dir / "metrics.csv")) == 1 + 2 * 2
+    assert shown and not (run_dir / LOCK_NAME).exists()  # the stopped run let its directory go
+    monkeypatch.setattr(Progress, "show", show)
+    module.main(module.Config(resume=str(run_dir)))
+    assert read_csv(run_dir / "metrics.csv") == read_csv(finished_runs["ppo"] / "metrics.csv")
+
+
+def test_a_second_signal_stops_at_once_in_one_line(tmp_path, capsys, monkeypatch):
+    """The second Ctrl-C or SIGTERM ends the run at once: one line and 128 + the signal (it was a KeyboardInterrupt
+    traceback)."""
+    from scanrl.harness.metrics import Progress
+
+    monkeypatch.setattr(Progress, "show", lambda self, *args: [os.kill(os.getpid(), signal.SIGTERM)
+                                                               for _ in range(2)])
+    module, config = tiny_config("ppo", tmp_path / "runs", run_name="twice", num_chunks=1)
+    code, err = exit_code_and_error(capsys, module.main, config)
+    assert code == 128 + signal.SIGTERM and err[-1].startswith("SIGTERM again: stopped at once; "), err
+    assert not any("Traceback" in line for line in err)
+
+
+@pytest.mark.parametrize("writer", ["metrics", "checkpoint", "summary"])
+def test_a_failed_write_stops_with_one_line_and_the_run_resumes(writer, finished_runs, tmp_path, capsys,
+                                                                monkeypatch):
+    """A full disk while metrics.csv, a checkpoint or the summary is written: one line naming the file and the
+    cause, exit 1, the --resume command; resuming then gives the uninterrupted run."""
+    import errno
+
+    import ppo
+    from scanrl.harness import train
+    from scanrl.harness.checkpoints import Checkpoints
+    from scanrl.harness.metrics import MetricsCsv
+
+    target = {"metrics": (MetricsCsv, "append"), "checkpoint": (Checkpoints, "save"),
+              "summary": (train, "write_summaries")}[writer]
+    original, calls = getattr(*target), []
+
+    def fail_on_the_third_call(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == (1 if writer == "summary" else 3):
+            raise OSError(errno.ENOSPC, "No space left on device", "/full/disk/file")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(*target, fail_on_the_third_call)
+    module, config = tiny_config("ppo", tmp_path / "runs", run_name="full")
+    code, err = exit_code_and_error(capsys, module.main, config)
+    run_dir = tmp_path / "runs" / "full"
+    assert code == 1 and len(err) == 1, err
+    assert err[0].startswith("error: cannot write /full/disk/file: No space left on device; training stopped")
+    assert err[0].endswith(f"continue with: python ppo.py --resume {run_dir}")
+    monkeypatch.setattr(*target, original)
+    ppo.main(ppo.Config(resume=str(run_dir)))
+    assert read_csv(run_dir / "metrics.csv") == read_csv(finished_runs["ppo"] / "metrics.csv")
+    assert json.loads((run_dir / "summary.json").read_text())["final_return"] == \
+        json.loads((finished_runs["ppo"] / "summary.json").read_text())["final_return"]
+
+
+def test_a_diverging_sweep_point_is_reported_while_the_healthy_points_finish(tmp_path, capsys):
+    """One point's NaNs used to stop the whole sweep, with no summary for the healthy points: the point is named in
+    a warning, the others train to the end, and the ranking puts it last, marked diverged."""
+    module, config = tiny_config("ppo", tmp_path, num_seeds=2, run_name="sweep", sweep=("lr=2.5e-4,1e30",))
+    module.main(config)
+    err = capsys.readouterr().err
+    assert err.count("warning: sweep point learning_rate=1e+30 diverged (non-finite loss or parameters, first at "
+                     "iteration 1); the other points train on.") == 1, err
+    ranking = json.loads((tmp_path / "sweep" / "summary.json").read_text())["ranking"]
+    assert [(e["point"], e["diverged_at_iteration"]) for e in ranking] == [("learning_rate=0.00025", None),
+                                                                             ("learning_rate=1e+30", 1)]
+    healthy = read_csv(tmp_path / "sweep" / "learning_rate=0.00025" / "metrics.csv")
+    assert len(healthy) == 1 + 4 * 2 and all(row[-1] == "False" for row in healthy[1:])
