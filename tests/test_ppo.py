@@ -153,12 +153,3 @@ def test_pendulum_learns_above_random(run_script, tmp_path):
     assert result.returncode == 0, result.stderr
     _, summary = read_run(tmp_path / "runs")
     assert np.mean(summary["eval_return"]) >= -500, summary
-
-
-@pytest.mark.slow
-def test_acrobot_learns(run_script, tmp_path):
-    """CleanRL's PPO reports -86.36 +- 1.32 on Acrobot-v1 at 500k steps; 4 seeds average within 9 of it."""
-    result = run_script("ppo.py", "--env", "Acrobot-v1", "--num-seeds", "4")
-    assert result.returncode == 0, result.stderr
-    _, summary = read_run(tmp_path / "runs")
-    assert np.mean(summary["eval_return"]) >= -95, summary["eval_return"]

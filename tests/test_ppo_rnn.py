@@ -1,6 +1,6 @@
 """ppo_rnn.py: the GRU's memory resets exactly where episodes start, a policy with memory is evaluated with it, its
-minibatches are whole env sequences, and it learns what ppo.py cannot (slow): CartPole without velocities and
-MemoryChain."""
+minibatches are whole env sequences, and it learns what ppo.py cannot (slow): CartPole without velocities (ppo.py's
+score there, and MemoryChain's, are in the learning suite's memory results, benchmarks/results/learning_memory.md)."""
 
 import jax
 import jax.numpy as jnp
@@ -119,32 +119,18 @@ def test_validate_refuses_minibatches_that_split_env_sequences_and_a_budget_unde
 
 
 @pytest.mark.slow
-def test_learns_masked_cartpole_where_ppo_cannot(run_script, tmp_path):
+def test_learns_masked_cartpole(run_script, tmp_path):
     """150k env steps, 4 seeds: ppo_rnn.py balances the pole it sees without velocities (eval IQM >= 400; 500 on
-    every seed here), its evaluation agreeing with training, while ppo.py with the same budget stays far below."""
-    budget = ("--env", "CartPole-v1-masked", "--num-seeds", "4", "--total-timesteps", "150000")
-    result = run_script("ppo_rnn.py", *budget, "--out-dir", str(tmp_path / "rnn"))
+    every seed here), its evaluation agreeing with training. ppo.py, without memory, scores about 40 there (the
+    learning suite's memory results)."""
+    result = run_script("ppo_rnn.py", "--env", "CartPole-v1-masked", "--num-seeds", "4", "--total-timesteps", "150000")
     assert result.returncode == 0, result.stderr
-    run_dir, summary = read_run(tmp_path / "rnn")
+    run_dir, summary = read_run(tmp_path / "runs")
     assert summary["eval_return_iqm"]["iqm"] >= 400, summary
     # The evaluation with memory agrees with what training saw at its end (a policy evaluated without its memory
-    # scores like ppo.py's below: about 40), and --eval of the saved run plays the same episodes to the same returns.
+    # scores like ppo.py: about 40), and --eval of the saved run plays the same episodes to the same returns.
     assert np.mean(summary["final_return"]) >= 400, summary
     result = run_script("ppo_rnn.py", "--eval", str(run_dir))
     assert result.returncode == 0, result.stderr
     means = [line.split("mean ")[1].split()[0] for line in result.stdout.splitlines() if line.startswith("seed ")]
     assert means == [f"{r:.2f}" for r in summary["eval_return"]], result.stdout
-    result = run_script("ppo.py", *budget, "--out-dir", str(tmp_path / "ppo"))
-    assert result.returncode == 0, result.stderr
-    _, summary = read_run(tmp_path / "ppo")
-    assert summary["eval_return_iqm"]["iqm"] <= 150, summary
-
-
-@pytest.mark.slow
-def test_solves_memory_chain(run_script, tmp_path):
-    """MemoryChain-bsuite at its default memory length (5): +1 for recalling the first observation's bit at the
-    end, -1 otherwise, so a policy without memory scores 0 on average."""
-    result = run_script("ppo_rnn.py", "--env", "MemoryChain-bsuite", "--num-seeds", "4", "--total-timesteps", "50000")
-    assert result.returncode == 0, result.stderr
-    _, summary = read_run(tmp_path / "runs")
-    assert min(summary["eval_return"]) >= 0.9 and min(summary["final_return"]) >= 0.9, summary

@@ -99,12 +99,11 @@ def test_cli_pqn_options_run(run_script, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("env, threshold", [("CartPole-v1", 475.0), ("Acrobot-v1", -100.0)])
-def test_pqn_learns(run_script, tmp_path, env, threshold):
-    """CleanRL's PQN reports 495 +- 7 on CartPole-v1 in 500k steps; Acrobot-v1 counts as solved near -100. The IQM
+def test_pqn_learns_cartpole(run_script, tmp_path):
+    """CleanRL's PQN reports 495 +- 7 on CartPole-v1 in 500k steps (Acrobot-v1: the learning suite). The IQM
     over seeds, as the results report it: one CartPole seed of 4 (seed 2) collapses to about 230 on some CPUs (the
     float rounding of another instruction set), an open question of the learning results (issue 30)."""
-    result = run_script("pqn.py", "--env", env, "--num-seeds", "4", timeout=600)
+    result = run_script("pqn.py", "--env", "CartPole-v1", "--num-seeds", "4", timeout=600)
     assert result.returncode == 0, result.stderr
     _, summary = read_run(tmp_path / "runs")
-    assert summary["eval_return_iqm"]["iqm"] >= threshold, summary["eval_return"]
+    assert summary["eval_return_iqm"]["iqm"] >= 475.0, summary["eval_return"]

@@ -223,15 +223,3 @@ def test_cartpole_learns(run_script, tmp_path):
     assert result.returncode == 0, result.stderr
     _, summary = read_run(tmp_path / "runs")
     assert np.mean(summary["eval_return"]) >= 400, summary
-
-
-@pytest.mark.slow
-def test_pendulum_improves_over_random(run_script, tmp_path):
-    # A uniformly random policy scores about -1200 to -1400 on Pendulum-v1. Flags: --normalize auto turns on
-    # observation and reward normalisation for continuous actions; 16 envs x 64 steps per epoch and a larger
-    # policy step (2e-3) than SpinningUp's 3e-4 make the single gradient step per epoch less noisy and bigger.
-    result = run_script("reinforce.py", "--env", "Pendulum-v1", "--num-envs", "16", "--pi-lr", "2e-3",
-                        "--num-seeds", "2", "--total-timesteps", "300000")
-    assert result.returncode == 0, result.stderr
-    _, summary = read_run(tmp_path / "runs")
-    assert np.mean(summary["eval_return"]) >= -1000, summary

@@ -27,10 +27,17 @@ RUNS = [("MiniGrid-Empty-5x5", "ppo_rnn.py"), ("MiniGrid-Empty-5x5", "dqn_tabula
         ("Craftax-Classic-Symbolic-v1", "ppo.py")]
 
 
+# Compiling the suites' steps dominates these runs; XLA's lowest backend optimisation level compiles them about a third
+# faster (Craftax: 27 s instead of 45 s here) and changes nothing a short run checks.
+FAST_COMPILE = {"XLA_FLAGS": "--xla_cpu_enable_concurrency_optimized_scheduler=false "
+                             "--xla_backend_optimization_level=0"}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("env_id,script", RUNS)
 def test_each_script_trains_on_each_suite(env_id, script, run_script, tmp_path):
-    result = run_script(script, "--env", env_id, *SHORT, *SCRIPT_FLAGS[script])
+    result = run_script(script, "--env", env_id, *SHORT, *SCRIPT_FLAGS[script],
+                        env_overrides=FAST_COMPILE)
     assert result.returncode == 0, result.stderr[-2000:]
     _, summary = read_run(tmp_path / "runs")
     assert summary["env"] == env_id and np.isfinite(summary["eval_return"]).all()
