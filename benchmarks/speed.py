@@ -5,7 +5,11 @@
     python benchmarks/speed.py td3.py --seeds 1 32 -- --total-timesteps 8000 --learning-starts 4000
     python benchmarks/speed.py dqn_tabular_q.py pqn.py --seeds 1 8 --target-return 475 -- --env CartPole-v1
     python benchmarks/speed.py /tmp/a.py /tmp/b.py --seeds 30 --repeats 8   # A/B of two variants of a script
+    python benchmarks/speed.py "sac.py" "sac.py --num-envs 32 --batch-size 1024" --seeds 10 --target-return -200 \
+        -- --env Pendulum-v1 --total-timesteps 20000                     # two recipes of one script
 
+A script given with flags of its own (one quoted argument) gets them after the shared ones, so two recipes of one
+script take turns as two scripts do.
 The flags after `--` are the scripts' own, parsed by each script's `Config` as its command line parses them
 (`--num-seeds` is set by each row). Each row compiles `jax.jit(jax.vmap(make_train(config)))` over the seeds' keys
 once (compile s), then times `--repeats` whole runs and reports the median (run s). With several scripts, their runs
@@ -26,6 +30,7 @@ import dataclasses
 import json
 import os
 import platform
+import shlex
 import statistics
 import sys
 import time
@@ -47,7 +52,7 @@ from scanrl.harness.contract import load_script  # noqa: E402
 @dataclass(frozen=True)
 class Args:
     scripts: tyro.conf.Positional[tuple[str, ...]]
-    """the scripts to time (paths); flags after `--` are theirs"""
+    """the scripts to time (paths, each with flags of its own if quoted with them); flags after `--` are all's"""
     seeds: tuple[int, ...] = (1, 8, 32)
     """numbers of vmapped seeds to time, one row per script each"""
     repeats: int = 3
@@ -128,11 +133,11 @@ def final_return(metrics) -> float:
     return float((np.nan_to_num(returns[:, last]) * episodes[:, last]).sum() / count) if count else float("nan")
 
 
-def row(program: Program, args: Args) -> dict:
+def row(program: Program, label: str, args: Args) -> dict:
     steps = env_steps(program)
     seeds, run_s = program.config.num_seeds, statistics.median(program.run_times)
     metrics = program.metrics
-    result = dict(script=program.module.ALGORITHM.script, seeds=seeds, compile_s=program.compile_s, run_s=run_s,
+    result = dict(script=label, seeds=seeds, compile_s=program.compile_s, run_s=run_s,
                   sps=int(steps[-1]) * seeds / run_s, final_return=final_return(metrics))
     if "updates" in metrics:
         result["updates_per_s"] = float(metrics["updates"][:, -1].sum()) / run_s
@@ -172,14 +177,16 @@ def main(args: Args, flags) -> int:
         raise SystemExit("error: name a script to time, e.g. python benchmarks/speed.py ppo.py")
     if args.repeats < 1 or min(args.seeds, default=0) < 1:
         raise SystemExit("error: --repeats and every --seeds value must be at least 1")
-    modules = [load_script(path) for path in args.scripts]
-    configs = [script_config(module, flags) for module in modules]
+    given = [shlex.split(spec) for spec in args.scripts]  # each: a path, then flags of its own
+    modules = [load_script(path) for path, *_ in given]
+    configs = [script_config(module, [*flags, *own]) for module, (_, *own) in zip(modules, given, strict=True)]
+    labels = [" ".join([module.ALGORITHM.script, *own]) for module, (_, *own) in zip(modules, given, strict=True)]
     updates = any("updates" in m.ALGORITHM.metric_keys_of(c) for m, c in zip(modules, configs, strict=True))
     print(f"jax {jax.__version__} ({jax.default_backend()}), {harness.available_cores()} cores, "
           f"{platform.processor() or platform.machine()}; median of {args.repeats} runs, compile apart, one device")
-    for module, config in zip(modules, configs, strict=True):
+    for module, config, label in zip(modules, configs, labels, strict=True):
         algorithm = module.ALGORITHM
-        print(f"- {algorithm.script}: {config.env}, {algorithm.num_iterations(config)} iterations of "
+        print(f"- {label}: {config.env}, {algorithm.num_iterations(config)} iterations of "
               f"{algorithm.steps_per_iteration(config):,} env steps per seed")
     print("", *header(args, updates), sep="\n", flush=True)
     rows = []
@@ -189,8 +196,8 @@ def main(args: Args, flags) -> int:
         for _ in range(args.repeats):
             for program in programs:  # in turn: a drift in the machine's load falls on every script alike
                 run_program(program)
-        for program in programs:
-            rows.append(row(program, args))
+        for program, label in zip(programs, labels, strict=True):
+            rows.append(row(program, label, args))
             print(table_line(rows[-1], args, updates), flush=True)
     if args.out:
         with open(args.out, "w") as f:
