@@ -58,8 +58,8 @@ from benchmarks.suite.suites import SUITES  # noqa: E402
 @dataclass(frozen=True)
 class Args:
     suite: str = "quick"
-    """which suite: quick (CPU, under 20 min), memory (its ppo_rnn.py entries), minatar (10M steps per seed: hours)
-    or full (issue 18's, GPU-sized)"""
+    """which suite: quick (CPU, under 20 min), memory (its ppo_rnn.py entries), offpolicy (sac.py and td3.py, the
+    2018 recipe and the parallel one), minatar (10M steps per seed: hours) or full (issue 18's, GPU-sized)"""
     suite_file: str | None = None
     """a JSON suite instead: {"name": ..., "entries": [{Entry fields}, ...]} (reference: {value, text, source})"""
     only: tyro.conf.UseAppendAction[tuple[str, ...]] = ()

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 # The name each script writes into config.json's "algo", by the suite's algorithm label.
 SCRIPT_ALGO = {"ppo": "ppo", "ppo_rnn": "ppo_rnn", "dqn": "dqn_tabular_q", "pqn": "pqn", "vpg": "reinforce",
-               "td3": "td3", "tabular_q": "dqn_tabular_q"}
+               "td3": "td3", "sac": "sac", "tabular_q": "dqn_tabular_q"}
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ def plot_curves(path, algo, results):
     cols = min(3, len(results))
     rows = -(-len(results) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows), squeeze=False)
+    envs = [r.entry.env for r in results]
     for ax, r in zip(axes.flat, results, strict=False):
         e = r.entry
         steps, returns = r.curve
@@ -35,7 +36,7 @@ def plot_curves(path, algo, results):
             ax.axhline(e.reference.value, color="tab:green", ls="--", lw=1, label=f"reference {e.reference.text}")
         if e.low is not None:
             ax.axhline(e.low, color="gray", ls=":", lw=1, label="random policy")
-        ax.set_title(e.env, fontsize=10)
+        ax.set_title(e.env if envs.count(e.env) == 1 else e.name, fontsize=10)  # two recipes on one env: by entry
         ax.set_xlabel("env steps per seed")
         ax.xaxis.set_major_locator(MaxNLocator(5))  # a few ticks, named 250k, 1M: no run-together labels
         ax.xaxis.set_major_formatter(EngFormatter(sep=""))
