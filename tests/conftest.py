@@ -14,6 +14,10 @@ os.environ.setdefault("XLA_FLAGS", "--xla_cpu_enable_concurrency_optimized_sched
 import pytest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+# For a run whose compile dominates a smoke test (Brax physics, Craftax): XLA's lowest backend optimisation level
+# compiles about a third faster and changes nothing a short run checks (`run_script(..., env_overrides=FAST_COMPILE)`).
+FAST_COMPILE = {"XLA_FLAGS": "--xla_cpu_enable_concurrency_optimized_scheduler=false "
+                             "--xla_backend_optimization_level=0"}
 sys.path.insert(0, str(ROOT))
 
 from cases import finished_runs  # noqa: E402, F401 - the fixture of tests/cases.py that many test files share

@@ -3,7 +3,7 @@ pytest-xdist runs it beside tests/test_suites.py)."""
 
 import numpy as np
 import pytest
-from conftest import read_run
+from conftest import FAST_COMPILE, read_run
 
 pytest.importorskip("craftax", reason="pip install -r requirements-craftax.txt")
 pytest.importorskip("xminigrid", reason="pip install -r requirements-xminigrid.txt")
@@ -27,11 +27,9 @@ RUNS = [("MiniGrid-Empty-5x5", "ppo_rnn.py"), ("MiniGrid-Empty-5x5", "dqn_tabula
         ("Craftax-Classic-Symbolic-v1", "ppo.py")]
 
 
-# Compiling Craftax's step dominates its run; XLA's lowest backend optimisation level compiles it about a third faster
-# (27 s instead of 45 s here) and changes nothing a short run checks. Not for the others: Playground's ppo.py run took
-# 67 s with it against 47 s without (its evaluation runs 1,000-step episodes in slower code).
-FAST_COMPILE = {"XLA_FLAGS": "--xla_cpu_enable_concurrency_optimized_scheduler=false "
-                             "--xla_backend_optimization_level=0"}
+# Compiling Craftax's step dominates its run: FAST_COMPILE (27 s instead of 45 s here). Not for the others:
+# Playground's ppo.py run took 67 s with it against 47 s without (its evaluation runs 1,000-step episodes in slower
+# code).
 
 
 @pytest.mark.slow
