@@ -5,7 +5,7 @@
     python benchmarks/speed.py td3.py --seeds 1 32 -- --total-timesteps 8000 --learning-starts 4000
     python benchmarks/speed.py dqn_tabular_q.py pqn.py --seeds 1 8 --target-return 475 -- --env CartPole-v1
     python benchmarks/speed.py /tmp/a.py /tmp/b.py --seeds 30 --repeats 8   # A/B of two variants of a script
-    python benchmarks/speed.py "sac.py" "sac.py --num-envs 16 --batch-size 1024 --updates-per-step 0.125" \
+    python benchmarks/speed.py "sac.py" "sac.py --num-envs 16 --batch-size 1024 --updates-per-step 0.125" \\
         --seeds 10 --target-return -200 -- --env Pendulum-v1 --total-timesteps 20000   # two recipes of one script
 
 A script given with flags of its own (one quoted argument) gets them after the shared ones, so two recipes of one
