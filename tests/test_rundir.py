@@ -50,23 +50,23 @@ def test_two_runs_started_at_once_with_one_run_name_one_trains_the_other_exits_2
     assert len(read_csv(tmp_path / "runs" / "same" / "metrics.csv")) == 1 + 4  # header, 4 iterations of 1 seed
 
 
-@pytest.mark.slow
 def test_default_run_names_of_runs_started_in_the_same_second_differ(tmp_path, monkeypatch):
     import time
     import types
 
     import ppo
 
-    # One second for both runs (the run directory module's clock only).
+    # One second for both runs (the run directory module's clock only): each claims its own directory.
     from scanrl.harness import rundir
 
     monkeypatch.setattr(rundir, "time", types.SimpleNamespace(time=lambda: 1_800_000_000.0,
                                                                       perf_counter=time.perf_counter))
     config = ppo.Config(**{**CASES["ppo"][1], "num_seeds": 1, "out_dir": str(tmp_path)})
     for _ in range(2):
-        ppo.main(config)
+        rundir.RunDirectory(ppo.ALGORITHM, config, [{}], lead=True).release()
     names = os.listdir(tmp_path)
     assert len(names) == 2 and all(n.startswith("CartPole-v1__ppo__0__1800000000_") for n in names)
+    assert all((tmp_path / n / "config.json").exists() for n in names)
 
 
 def test_summary_json_is_valid_json_with_nan_as_null(tmp_path):

@@ -192,10 +192,11 @@ def test_bad_config_names_the_flag(changes, message):
 @pytest.mark.slow
 def test_pendulum_learns(run_script, tmp_path):
     # rl-baselines3-zoo's SAC scores -157.0 +- 88.7 on Pendulum at 20k steps (benchmark.md: one run, std over 750
-    # episodes); a random policy scores about -1200. Hidden 64 (not the default 256): about 30x faster on a CPU.
-    result = run_script("sac.py", "--env", "Pendulum-v1", "--num-seeds", "4", "--total-timesteps", "20000",
+    # episodes); a random policy scores about -1200. Here 15k steps (at 10k one of these seeds' deterministic policy
+    # still scored -602, the mean -256) and hidden 64 (not the default 256): about 30x faster on a CPU.
+    result = run_script("sac.py", "--env", "Pendulum-v1", "--num-seeds", "4", "--total-timesteps", "15000",
                         "--hidden-size", "64")
     assert result.returncode == 0, result.stderr
     _, summary = read_run(tmp_path / "runs")
-    assert summary["env_steps"] <= 20_000
+    assert summary["env_steps"] <= 15_000
     assert np.mean(summary["eval_return"]) >= -250, summary

@@ -17,14 +17,13 @@ SCRIPT_FLAGS = {
     "dqn_tabular_q.py": ("--log-every", "1", "--agent", "dqn", "--num-steps", "16", "--train-frequency", "4",
                          "--target-network-frequency", "64", "--learning-starts", "64", "--batch-size", "8",
                          "--buffer-size", "256"),
-    "td3.py": ("--learning-starts", "64", "--batch-size", "8", "--buffer-size", "256", "--log-every", "64"),
 }
-# Each suite with scripts of different kinds (the suites share one adapter base): a recurrent policy and a replay
-# buffer on MiniGrid, a Gaussian policy and a deterministic actor on Playground, a feed-forward policy on Craftax,
-# whose step compiles for minutes inside a script on a 2-core CPU.
+# Each suite with scripts of different kinds (the suites share one adapter base, scanrl/envs/suite.py): a recurrent
+# policy and a replay buffer on MiniGrid, a Gaussian policy on Playground, a feed-forward policy on Craftax, whose
+# step compiles for minutes inside a script on a 2-core CPU. A deterministic actor on that base: td3.py on Brax
+# (tests/test_brax.py).
 RUNS = [("MiniGrid-Empty-5x5", "ppo_rnn.py"), ("MiniGrid-Empty-5x5", "dqn_tabular_q.py"),
-        ("playground/CartpoleBalance", "ppo.py"), ("playground/CartpoleBalance", "td3.py"),
-        ("Craftax-Classic-Symbolic-v1", "ppo.py")]
+        ("playground/CartpoleBalance", "ppo.py"), ("Craftax-Classic-Symbolic-v1", "ppo.py")]
 
 
 # Compiling Craftax's step dominates its run: FAST_COMPILE (27 s instead of 45 s here). Not for the others:

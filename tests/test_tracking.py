@@ -29,7 +29,8 @@ def test_wandb_without_its_server_waits_once_and_briefly(run_script, tmp_path):
     server.listen(64)  # never accepted: every request hangs
     try:
         start = time.perf_counter()
-        result = run_script("ppo.py", "--total-timesteps", "1024", "--track", "--sweep", "lr=1e-3,3e-4", timeout=300,
+        # the next test's run (its compiled program comes from the session's compile cache)
+        result = run_script("ppo.py", *tiny_flags("ppo"), "--track", "--sweep", "lr=1e-3,3e-4", timeout=300,
                             env_overrides={"WANDB_MODE": "online", "WANDB_API_KEY": "0" * 40,
                                            "WANDB_BASE_URL": f"http://127.0.0.1:{server.getsockname()[1]}"})
         elapsed = time.perf_counter() - start
