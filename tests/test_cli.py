@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+from cases import exit_code_and_error
 from conftest import ROOT
 
 
@@ -34,17 +35,32 @@ def test_help_lists_the_shared_flags_and_what_can_be_swept(run_script):
     assert "--sweep can vary the script's own numeric fields" in result.stdout
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--env", "CartPol-v1"], "error: --env: unknown env 'CartPol-v1': did you mean CartPole-v1"),
-    (["--num-processes", "2"], "error: --num-processes 2: a multi-process run needs --coordinator-address"),
-    # tyro's own parse errors, its box turned into the one line
-    (["--num-seeds", "x"], "error: Error parsing --num-seeds: invalid literal for int() with base 10: 'x'"),
-    (["--num-seed", "4"], "error: Unrecognized options: --num-seed"),
-    (["--env"], "error: Missing value for argument '--env'"),
+@pytest.mark.parametrize("args, message, encoding", [
+    (["--env", "CartPol-v1"], "error: --env: unknown env 'CartPol-v1': did you mean CartPole-v1", None),
+    (["--num-processes", "2"], "error: --num-processes 2: a multi-process run needs --coordinator-address", None),
+    # tyro's own parse error: its box (drawn in ASCII where the output cannot show the box's characters) turned
+    # into the one line
+    (["--num-seeds", "x"], "error: Error parsing --num-seeds: invalid literal for int() with base 10: 'x'", None),
+    (["--num-seeds", "x"], "error: Error parsing --num-seeds: invalid literal for int() with base 10: 'x'", "ascii"),
 ])
-def test_cli_bad_flag_exits_2_with_one_line(run_script, tmp_path, args, message):
-    result = run_script("ppo.py", *args)
+def test_cli_bad_flag_exits_2_with_one_line(run_script, tmp_path, args, message, encoding):
+    result = run_script("ppo.py", *args, env_overrides={"PYTHONIOENCODING": encoding} if encoding else None)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(message), lines
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--num-seed", "4"], "error: Unrecognized options: --num-seed"),
+    (["--env"], "error: Missing value for argument '--env'"),
+])
+def test_more_flags_tyro_cannot_parse_exit_2_with_one_line(args, message, tmp_path, monkeypatch, capsys):
+    """As above, in this process (its output captured: rich draws tyro's box in ASCII)."""
+    import ppo
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["ppo.py", *args])
+    code, lines = exit_code_and_error(capsys, ppo.main)
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(message), lines
     assert not (tmp_path / "runs").exists()

@@ -81,12 +81,15 @@ def parse_flags(algorithm):
         if exit_.code in (0, None):
             sys.stderr.write(captured.getvalue())
             raise
-        # The box: a title line (the kind of error), the message (wrapped over lines, naming the flag), a rule.
+        # The box: a title line (the kind of error), the message (wrapped over lines, naming the flag), a rule. Where
+        # the output cannot show the box's characters (an ASCII locale), rich draws it as a rule under the title.
         message = []
         for line in captured.getvalue().splitlines()[1:]:
-            text = line.strip().strip("│").strip()
-            if not text.strip("─"):
-                break
+            text = line.strip().strip("│|").strip()
+            if text and not text.strip("─-"):  # a rule: the one under an ASCII title, or the one after the message
+                if message:
+                    break
+                continue
             message.append(text)
         raise ConfigError(f"{' '.join(message) or 'cannot parse the command line'} (see --help)") from None
 
