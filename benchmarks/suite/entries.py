@@ -81,6 +81,7 @@ SCORE_RANGES = {
     "Craftax-Classic-Symbolic-v1": (1.58, 22.0, "its most: 22 achievements, +1 each the first time (the health "
                                     "rewards add up to at most 0)"),
     "playground/CartpoleBalance": (358.0, 1000.0, "the most an episode can earn: 1,000 steps of reward 1 at most"),
+    "playground/CartpoleSwingup": (27.0, 1000.0, "the most an episode can earn: 1,000 steps of reward 1 at most"),
     "GridWorld-v0": (0.226, 1.0, "the optimum: reward 1 at the goal (scanrl/envs/gridworld.py)"),
     "FrozenLake-misc": (0.016, 0.7, "gymnasium reward_threshold of FrozenLake-v1 (4x4, slippery)"),
     "brax/halfcheetah:mjx": (-283.5, None, "best eval IQM in this report"),

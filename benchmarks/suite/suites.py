@@ -194,23 +194,27 @@ SUITES["memory"] = (
 )
 # Off-policy at the scale of parallel envs (issue 41): sac.py and td3.py in the 2018 recipe (their defaults: 8 envs,
 # batch 256, an update per transition) and the parallel one (16 envs, batch 1024, an update per 8 transitions: half
-# the gradient work), on Pendulum at rl-baselines3-zoo's 20k, and on MuJoCo Playground's CartpoleBalance beside ppo.py
-# at the same budget (5 seeds there: 10 did not fit the session). 64-wide layers (the learning tests'): the defaults'
-# 256 cost 16x the FLOPs, more than this CPU affords for 10 seeds of an update per transition.
+# the gradient work), on Pendulum at rl-baselines3-zoo's 20k, and on two MuJoCo Playground DM Control tasks
+# (CartpoleBalance, CartpoleSwingup) beside ppo.py at the same budget. 64-wide layers (the learning tests'): the
+# defaults' 256 cost 16x the FLOPs, more than this CPU affords for 10 seeds of an update per transition.
 SAC_PENDULUM = Reference(-156.995, "-157.00 ± 88.71", "rl-baselines3-zoo benchmark.md: SB3 SAC, 20k steps, one run, "
                          "std over its eval episodes")
 SMALL = ("--hidden-size", "64")
 PARALLEL = ("--num-envs", "16", "--batch-size", "1024", "--updates-per-step", "0.125", *SMALL)
-PLAYGROUND_BALANCE = Reference(None, "none found", "MuJoCo Playground reports SAC and PPO on DM Control as curves over "
-                               "millions of steps; 1,000 is the most an episode can earn")
-OFFPOLICY_STEPS = 50_000  # CartpoleBalance
+PLAYGROUND_DM_CONTROL = Reference(None, "none found", "MuJoCo Playground reports SAC and PPO on DM Control as curves "
+                                  "over millions of steps; 1,000 is the most an episode can earn")
+OFFPOLICY_STEPS = 50_000  # the Playground tasks
 SUITES["offpolicy"] = (
     *(entry(f"{algo}-Pendulum-v1{tag}", algo, f"{algo}.py", "Pendulum-v1", 20_000, 10, flags, reference)
       for algo, reference in (("sac", SAC_PENDULUM), ("td3", TD3_PENDULUM))
       for tag, flags in (("", SMALL), ("-parallel", PARALLEL))),
-    *(entry(f"{algo}-playground-CartpoleBalance{tag}", algo, f"{algo}.py", "playground/CartpoleBalance",
-            OFFPOLICY_STEPS, 5, flags, PLAYGROUND_BALANCE)
-      for algo in ("sac", "td3") for tag, flags in (("", SMALL), ("-parallel", PARALLEL))),
-    entry("ppo-playground-CartpoleBalance-50k", "ppo", "ppo.py", "playground/CartpoleBalance", OFFPOLICY_STEPS, 5,
-          PPO_PLAYGROUND, PLAYGROUND_BALANCE),
+    *(item for task in ("CartpoleBalance", "CartpoleSwingup") for item in (
+        *(entry(f"{algo}-playground-{task}{tag}", algo, f"{algo}.py", f"playground/{task}", OFFPOLICY_STEPS, 10,
+                flags, PLAYGROUND_DM_CONTROL)
+          for algo in ("sac", "td3") for tag, flags in (("", SMALL), ("-parallel", PARALLEL))),
+        entry(f"ppo-playground-{task}-50k", "ppo", "ppo.py", f"playground/{task}", OFFPOLICY_STEPS, 10,
+              PPO_PLAYGROUND, PLAYGROUND_DM_CONTROL),
+        # ppo.py at 10x the budget: its wall-clock to a return beside the off-policy scripts'
+        entry(f"ppo-playground-{task}-500k", "ppo", "ppo.py", f"playground/{task}", 10 * OFFPOLICY_STEPS, 10,
+              PPO_PLAYGROUND, PLAYGROUND_DM_CONTROL))),
 )
