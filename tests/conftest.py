@@ -77,9 +77,9 @@ def die_with_parent():
 
 
 def pytest_collection_modifyitems(config, items):
-    """pytest-xdist hands out whole files (`--dist loadfile`) in collection order: the files with the most slow tests
-    go first, so the last files handed out are short ones and the workers end together (in collection order, two
-    slow files last left one worker alone for two minutes)."""
+    """pytest-xdist hands out whole files (`--dist loadfile --no-loadscope-reorder`) in collection order: the files
+    with the most slow tests go first, so the last files handed out are short ones and the workers end together
+    (handed out by their number of tests, two slow files came last to one worker and the other sat idle)."""
     slow = collections.Counter(item.path for item in items if item.get_closest_marker("slow"))
     items.sort(key=lambda item: -slow[item.path])  # stable: a file's tests stay together, in their order
 
