@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # compiles about a third faster and changes nothing a short run checks (`run_script(..., env_overrides=FAST_COMPILE)`).
 FAST_COMPILE = {"XLA_FLAGS": "--xla_cpu_enable_concurrency_optimized_scheduler=false "
                              "--xla_backend_optimization_level=0"}
+# The same for a program compiled in this process: `jax.jit(f).lower(...).compile(FAST_COMPILE_OPTIONS)`.
+FAST_COMPILE_OPTIONS = {"xla_backend_optimization_level": 0}
 sys.path.insert(0, str(ROOT))
 
 from cases import finished_runs  # noqa: E402, F401 - the fixture of tests/cases.py that many test files share

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import FAST_COMPILE_OPTIONS, ROOT
 
 from scanrl import envs
 
@@ -26,7 +26,7 @@ def fast_jit(fn):
 
     def call(*args):
         if not compiled:
-            compiled.append(jitted.lower(*args).compile({"xla_backend_optimization_level": 0}))
+            compiled.append(jitted.lower(*args).compile(FAST_COMPILE_OPTIONS))
         return compiled[0](*args)
     return call
 
