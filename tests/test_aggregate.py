@@ -1,5 +1,6 @@
-"""scanrl/harness/aggregate.py: IQM, stratified-bootstrap intervals, performance profiles and normalisation,
-against hand-computed values, scipy.stats.trim_mean and plain-Python loops."""
+"""scanrl/harness/aggregate.py (IQM, stratified-bootstrap intervals) and the learning suite's performance profiles and
+normalisation (benchmarks/suite/scores.py, built on it), against hand-computed values, scipy.stats.trim_mean and
+plain-Python loops."""
 
 import json
 import math
@@ -11,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+from benchmarks.suite.scores import normalize, performance_profile
 from scanrl.harness import aggregate
 
 FINITE = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False)
@@ -171,7 +173,7 @@ def loop_profile(x, taus):
 @given(st.one_of(matrices(), matrices(elements=TIED)), st.lists(FINITE, min_size=1, max_size=8))
 def test_profile_matches_a_direct_count_and_falls_with_tau(x, taus):
     taus = sorted(taus + [float(np.median(x))])  # a threshold among the scores, so ties with tau are tested
-    profile = aggregate.performance_profile(x, taus, reps=100, seed=0)
+    profile = performance_profile(x, taus, reps=100, seed=0)
     np.testing.assert_allclose(profile.fraction, loop_profile(x, taus))
     assert np.all(np.diff(profile.fraction) <= 0)
     assert np.all(np.diff(profile.low) <= 1e-12) and np.all(np.diff(profile.high) <= 1e-12)
@@ -179,21 +181,21 @@ def test_profile_matches_a_direct_count_and_falls_with_tau(x, taus):
 
 
 def test_profile_counts_strictly_above():
-    profile = aggregate.performance_profile([[0.0, 1.0], [1.0, 2.0]], [0.0, 1.0, 2.0], reps=10)
+    profile = performance_profile([[0.0, 1.0], [1.0, 2.0]], [0.0, 1.0, 2.0], reps=10)
     np.testing.assert_allclose(profile.fraction, [0.75, 0.25, 0.0])
 
 
 def test_profile_refuses_nan():
     with pytest.raises(ValueError, match="NaN"):
-        aggregate.performance_profile([[1.0], [np.nan]], [0.5])
+        performance_profile([[1.0], [np.nan]], [0.5])
 
 
 def test_normalize_maps_low_to_zero_and_high_to_one_per_task():
     scores = np.array([[22.0, -500.0], [475.0, -100.0], [248.5, np.nan]])
-    normed = aggregate.normalize(scores, low=[22.0, -500.0], high=[475.0, -100.0])
+    normed = normalize(scores, low=[22.0, -500.0], high=[475.0, -100.0])
     np.testing.assert_allclose(normed, [[0.0, 0.0], [1.0, 1.0], [0.5, np.nan]])
     with pytest.raises(ValueError, match="empty"):
-        aggregate.normalize(scores, low=[-200.0, 0.0], high=[-200.0, 1.0])
+        normalize(scores, low=[-200.0, 0.0], high=[-200.0, 1.0])
 
 
 def test_summarize_drops_nan_seeds_and_is_json_ready():

@@ -32,3 +32,11 @@ def test_progress_lines_carry_returns_forward(capsys):
     assert [line.split("env_steps")[0].split()[1] for line in lines] == ["2", "4", "6"]
     assert lines[0].endswith("no episode ended yet")
     assert "return mean     6.00  min     5.00  max     7.00" in lines[1] and lines[2].endswith(lines[1][-40:])
+
+    # Pieces of 4 iterations with a line every 5: the first piece has no line, and its returns still carry forward.
+    progress = Progress(config, [{}], np.arange(2), [], ("env_steps", "episode_return"), period=5)
+    for start in (0, 4):
+        progress.show(start, 4, {k: v[:, start:start + 4] if start == 0 else jnp.concatenate(
+            [v[:, 4:], v[:, 4:]], axis=1) for k, v in rows.items()})
+    line = capsys.readouterr().out.splitlines()
+    assert len(line) == 1 and line[0].split()[1] == "5" and "return mean     6.00" in line[0], line

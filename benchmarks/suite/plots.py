@@ -7,7 +7,9 @@ import numpy as np
 from scanrl.harness import aggregate
 from scanrl.harness.files import replaced
 
-CURVE_REPS = aggregate.PROFILE_REPS  # bootstrap replications per curve band (2,000, as rliable's profiles)
+from .scores import PROFILE_REPS, performance_profile
+
+CURVE_REPS = PROFILE_REPS  # bootstrap replications per curve band (2,000, as rliable's profiles)
 
 
 def plot_curves(path, algo, results):
@@ -59,7 +61,7 @@ def plot_profile(path, algo, envs_used, scores):
     import matplotlib.pyplot as plt
 
     taus = np.linspace(min(0.0, scores.min()), max(1.0, scores.max()), 201)
-    profile = aggregate.performance_profile(scores, taus, seed=0)
+    profile = performance_profile(scores, taus, seed=0)
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot(taus, profile.fraction, color="tab:blue", label=f"{algo}: {scores.shape[0]} seeds x {len(envs_used)} envs")
     ax.fill_between(taus, profile.low, profile.high, color="tab:blue", alpha=0.25, label="95% CI")

@@ -17,6 +17,7 @@ from .entries import Entry
 from .plots import plot_curves, plot_profile
 from .records import MACHINE_FILE, read_curve, read_record, record_path
 from .repository import inside_repository, shown
+from .scores import normalize
 
 
 @dataclass
@@ -104,7 +105,7 @@ def normalized_matrix(results, ranges):
         if low is None or high is None or high <= low or finite.size == 0:
             left_out.append(r.entry.env)
             continue
-        columns.append(aggregate.normalize(finite, low, high))
+        columns.append(normalize(finite, low, high))
         used.append(r.entry.env)
     if not columns:
         return used, left_out, None

@@ -1,6 +1,49 @@
-"""A uniformly random policy's returns on an env: the low end of each env's normalisation range (`--random-scores`)."""
+"""The suite's scores: a uniformly random policy's returns on an env (`--random-scores`, the low end of each env's
+normalisation range), normalised scores, and rliable's performance profiles over them."""
+
+from typing import NamedTuple
 
 import numpy as np
+
+from scanrl.harness import aggregate
+
+PROFILE_REPS = 2_000  # rliable's default for performance profiles
+
+
+class Profile(NamedTuple):
+    """A performance profile: at each threshold `taus[i]`, the fraction of runs scoring above it and its interval."""
+
+    taus: np.ndarray
+    fraction: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+
+
+def performance_profile(score_matrix, taus, reps: int = PROFILE_REPS, confidence: float = 0.95,
+                        seed: int = 0) -> Profile:
+    """rliable's run-score profile: at each threshold tau, the fraction of all runs (over every task) whose score
+    is above tau (strictly), with stratified-bootstrap percentile intervals (`aggregate.stratified_bootstrap_ci`).
+    `score_matrix` is (num_runs, num_tasks); normalise envs of different scales first (`normalize`)."""
+    x = np.asarray(score_matrix, dtype=float)
+    if np.isnan(x).any():
+        raise ValueError("performance_profile: the scores hold NaN; drop those runs first")
+    taus = np.asarray(taus, dtype=float).reshape(-1)
+
+    def fraction_above(stack):
+        return (stack[..., None] > taus).mean(axis=(-3, -2))
+
+    estimate = aggregate.stratified_bootstrap_ci(x, fraction_above, reps, confidence, seed)
+    return Profile(taus, estimate.point, estimate.low, estimate.high)
+
+
+def normalize(scores, low, high):
+    """(scores - low) / (high - low): 0 at `low` (e.g. a random policy's score), 1 at `high` (e.g. a published
+    score), so envs of different scales share one axis. `low` and `high` are numbers or one per task (the last
+    axis); NaN scores stay NaN."""
+    scores, low, high = (np.asarray(v, dtype=float) for v in (scores, low, high))
+    if np.any(high == low):
+        raise ValueError("normalize: high equals low, the range is empty")
+    return (scores - low) / (high - low)
 
 
 def random_policy_returns(env_id, episodes, seed=0) -> np.ndarray:

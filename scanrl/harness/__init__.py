@@ -11,7 +11,7 @@ The modules, each one concern; a module imports only those above it in this list
     files.py        the one way a file is written in a run directory (never through a link), and its lock
     tracking.py     wandb
     stops.py        Ctrl-C / SIGTERM and non-finite values: a run stops where a piece of the scan ends
-    aggregate.py    IQM, stratified-bootstrap intervals and performance profiles over seeds and envs
+    aggregate.py    IQM and stratified-bootstrap intervals over seeds
     jax_private.py  the private JAX APIs used (the compile cache's store, the coordination service), isolated
     compile_cache.py  JAX's persistent compilation cache, on by default
     evaluation.py   the programs that measure a policy: the final evaluation, --eval, --eval-sampled
@@ -40,8 +40,7 @@ import importlib
 import os
 import sys
 
-# What `harness.<name>` gives, imported on first use: the package imports no JAX until a script needs it, so a
-# script's first line (prepare_jax) runs at once and --help can be answered before the heavy imports.
+# What `harness.<name>` gives, imported on first use: no JAX until a script needs it, so --help answers at once.
 _EXPORTS = {"Algorithm": "algorithm", "ConfigError": "flags", "Flags": "flags", "require": "flags", "check": "cli",
             "main": "cli", "start_processes": "processes"}
 
@@ -70,16 +69,11 @@ def available_cores() -> int:
 
 
 def prepare_jax(module_name: str):
-    """The first call of a script, before its other imports. From the command line (`module_name == "__main__"`), it
-    answers --help at once from the script's `Config` alone (`print_help`), or prints a first line while the
-    libraries load. Then it adds to the user's XLA_FLAGS, which XLA reads once, when it makes its backend (`import
-    envs` does: gymnax makes arrays on import):
-    - `--xla_cpu_enable_concurrency_optimized_scheduler=false`: XLA:CPU in jax 0.10 can hang on vmapped training
-      with that scheduler;
-    - one XLA:CPU device per core (one device keeps one core busy), over which the harness splits the agents
-      (`--num-devices 1`: one device). A host device count already in XLA_FLAGS wins.
-    and, from the command line, joins a multi-process run (`start_processes`). Importing the harness changes none of
-    this: a program that imports a script or the harness as a library gets the flags only from this call."""
+    """A script's first call, before its other imports. From the command line it answers --help at once from the
+    `Config` alone (`print_help`), or prints a first line while the libraries load, and joins a multi-process run
+    (`start_processes`). Then it adds to XLA_FLAGS, read once when the backend is made (`import envs` makes it):
+    the concurrency-optimised XLA:CPU scheduler off (jax 0.10 can hang with it on vmapped training) and one XLA:CPU
+    device per core (one device keeps one core busy; a device count already in XLA_FLAGS wins)."""
     main = module_name == "__main__"
     if main and {"-h", "--help"} & set(sys.argv[1:]):
         print_help(sys.modules["__main__"])  # exits, unless the Config needs the script's other names
@@ -108,8 +102,7 @@ def _process_id() -> str:
     return "0"
 
 
-# Modules a script's Config may use that cost nothing to import (its dataclass and type hints); of scanrl, the
-# harness only (scanrl.envs imports gymnax).
+# Modules a Config may use that cost nothing to import; of scanrl, the harness only (scanrl.envs imports gymnax).
 _LIGHT_MODULES = ("dataclasses", "typing", "collections", "enum", "scanrl.harness")
 
 
@@ -123,10 +116,9 @@ def _light(node) -> bool:
 
 
 def print_help(script):
-    """--help of the running `script` module (not yet past its first lines) from its `Config` class alone: the class
-    and the script's light imports (`_LIGHT_MODULES`) run in its namespace, then tyro prints the help the full
-    script would print, and the process exits 0. Returns where the Config needs more of the script (a name defined
-    elsewhere in it): then the script's own parse prints the help, after its heavy imports."""
+    """--help of the running `script` from its `Config` class and light imports alone (run in its namespace): tyro
+    prints what the full script would, and exits 0. Returns where the Config needs more of the script: the script's
+    own parse prints the help then, after its heavy imports."""
     import tyro
 
     from scanrl.harness.flags import description

@@ -1,6 +1,6 @@
 """The agents of a run (sweep points x seeds) as one program split over the devices of every process: their keys
-and swept values, each agent's parts of the script, the devices, the program over them (shard_map of a vmap), and
-the few collectives a run needs (trivial on one process)."""
+and swept values, the devices, the program over them (shard_map of a vmap), and the few collectives a run needs
+(trivial on one process)."""
 
 import contextlib
 
@@ -82,10 +82,9 @@ def local_agents(sharding, num_agents) -> list[int]:
 
 
 def init_agents(init, sharding, keys, swept):
-    """jit(vmap(init)) for each of this process's devices' agents, assembled into arrays split over the agents.
-    Every device's agents are initialised on the first device, one device after the other, then moved: one
-    compile instead of one per device, and never two host devices at once (XLA:CPU, jax 0.10.2, deadlocked
-    running the orthogonal initialiser's QR decompositions on two host devices at once)."""
+    """jit(vmap(init)) for each of this process's devices' agents, assembled into arrays split over the agents. All
+    run on the first device, one device's agents after another, then move: one compile, and never two host devices
+    at once (XLA:CPU, jax 0.10.2, deadlocked running the orthogonal initialiser's QR on two at once)."""
     jitted, shards = jax.jit(jax.vmap(init)), []
     placement = sharding.addressable_devices_indices_map(keys.shape[:1])
     first = next(iter(placement))
@@ -101,18 +100,16 @@ def collective(what):
     (`harness.processes.peers_within_timeout`); nothing on one process, which never imports it."""
     if jax.process_count() == 1:
         return contextlib.nullcontext()
-    from scanrl.harness.processes import peers_within_timeout
+    from scanrl.harness import processes
+    return processes.peers_within_timeout(what)
 
-    return peers_within_timeout(what)
 
-
-def exit_on_lost_peers():
+def exit_on_lost_peers(what="the end of a chunk"):
     """A multi-process run's guard that turns a lost peer into one line (`harness.processes`); nothing on one."""
     if jax.process_count() == 1:
         return contextlib.nullcontext()
-    from scanrl.harness.processes import exit_on_lost_peers as guard
-
-    return guard()
+    from scanrl.harness import processes
+    return processes.exit_on_lost_peers(what)
 
 
 def gather(tree, what="the end of a chunk"):

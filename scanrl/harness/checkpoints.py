@@ -1,8 +1,9 @@
 """<run dir>/checkpoints/<iterations done>/, written with orbax after each chunk: every agent's whole state (networks,
 optimizer, env states, replay buffers, RNG keys, hparams), the metrics so far (item "history": orbax reserves
-"metrics") and {algo, env, iterations, config}. Saves are asynchronous: the next chunk trains while the files are
-written."""
+"metrics") and {algo, env, iterations, config, checksums}. Saves are asynchronous: the next chunk trains while the
+files are written."""
 
+import contextlib
 import csv
 import dataclasses
 import itertools
@@ -27,12 +28,11 @@ class Checkpoints:
     it waits for the save in flight."""
 
     def __init__(self, run_dir, keep=None):
-        # orbax reports through absl's logger, many lines per event (a read-only open, a failed write); the harness
-        # says what matters in one line of its own.
+        # orbax logs many absl lines per event (a read-only open, a failed write); the harness says one of its own.
         logging.getLogger("absl").setLevel(logging.CRITICAL)
-        self.run_dir = run_dir
+        self.run_dir, self.folder = run_dir, os.path.join(run_dir, "checkpoints")
         self.manager = ocp.CheckpointManager(
-            os.path.abspath(os.path.join(run_dir, "checkpoints")),
+            os.path.abspath(self.folder),
             options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=keep is not None, read_only=keep is None),
         )
 
@@ -40,49 +40,50 @@ class Checkpoints:
         return self
 
     def __exit__(self, exc_type, *_):
-        """Waits for the save in flight (its failure raises as OSError, unless the run is already stopping) and
-        closes the manager, so no orbax thread outlives it."""
+        """Waits for the save in flight and closes the manager, so no orbax thread outlives it; a failed write
+        raises as OSError, unless the run is already stopping."""
         try:
-            self.wait()
+            with self._writing():
+                try:
+                    self.manager.wait_until_finished()
+                finally:
+                    self.manager.close()  # it waits again, and raises a failed write again
         except OSError:
             if exc_type is None:
                 raise
-        finally:
-            try:
-                self.manager.close()  # it waits again, and raises a failed write again
-            except (OSError, ValueError, RuntimeError) as error:
-                if exc_type is None:
-                    raise self._write_error(error) from None
 
     def save(self, done, runner, history, name, config):
-        """Starts writing checkpoint `done` in the background; a failed write (this one's or the one before's)
-        raises OSError naming the checkpoint and the cause. Its record holds a checksum of every array, so damage
-        that still reads (flipped bytes) is found on restore."""
+        """Starts writing checkpoint `done` in the background (OSError if this write or the one before failed). Its
+        record holds a checksum of every array, so damage that still reads (flipped bytes) is found on restore."""
         runner = without_empty(runner)
         meta = {"algo": name, "env": config.env, "iterations": done, "config": dataclasses.asdict(config),
                 "checksums": {"runner": checksums(runner), "history": checksums(history)}}
-        try:
+        with self._writing():
             self.manager.save(done, args=ocp.args.Composite(
                 runner=ocp.args.StandardSave(runner), history=ocp.args.StandardSave(history),
                 meta=ocp.args.JsonSave(meta),
             ))
-        except (OSError, ValueError, RuntimeError) as error:
-            raise self._write_error(error) from None
 
     def wait(self):
         """Waits until the save in flight is committed; OSError if it failed."""
-        try:
+        with self._writing():
             self.manager.wait_until_finished()
-        except (OSError, ValueError, RuntimeError) as error:
-            raise self._write_error(error) from None
 
-    def _write_error(self, error):
-        """orbax's error (often a ValueError carrying a tensorstore status) as an OSError with a short cause. It
-        names the checkpoints folder: a failure in the background may be the save before the one that reports it."""
-        text = str(error)
-        causes = ("No space left on device", "Read-only file system", "Permission denied", "Disk quota exceeded")
-        cause = next((c for c in causes if c in text), (text.splitlines() or [type(error).__name__])[0][:200])
-        return OSError(0, cause, os.path.join(self.run_dir, "checkpoints"))
+    @contextlib.contextmanager
+    def _writing(self):
+        """Raises orbax's error (often a ValueError carrying a tensorstore status) as an OSError with a short cause,
+        naming the checkpoints folder: a failure in the background may be the save before the one that reports it."""
+        try:
+            yield
+        except (OSError, ValueError, RuntimeError) as error:
+            text = str(error)
+            causes = ("No space left on device", "Read-only file system", "Permission denied", "Disk quota exceeded")
+            cause = next((c for c in causes if c in text), (text.splitlines() or [type(error).__name__])[0][:200])
+            raise OSError(0, cause, self.folder) from None
+
+    def meta(self, step) -> dict:
+        """Checkpoint `step`'s record: {algo, env, iterations, config, checksums}."""
+        return self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
 
     def restore(self, which, name, config, abstract_runner, with_history):
         """-> (runner, metrics so far or None, iterations done) of the newest checkpoint that can be read; a damaged
@@ -91,9 +92,9 @@ class Checkpoints:
         `which`: the flag that named the run directory."""
         errors = []
         for step in sorted(self.manager.all_steps(), reverse=True):
-            where = os.path.join(self.run_dir, "checkpoints", str(step))
+            where = os.path.join(self.folder, str(step))
             try:
-                meta = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+                meta = self.meta(step)
                 if meta["algo"] != name or meta["env"] != config.env:
                     raise ConfigError(f"{which}: checkpoint {where} is of {meta['algo']} on {meta['env']}, but the run "
                                       f"is {name} on {config.env}; it does not belong to this run directory")
@@ -102,7 +103,9 @@ class Checkpoints:
                 if with_history:
                     items["history"] = ocp.args.StandardRestore()
                 restored = self.manager.restore(step, args=ocp.args.Composite(**items))
-                verify(meta, restored, with_history)
+                for item, expected in (meta.get("checksums") or {}).items():  # none in an older version's record
+                    if item in items and expected is not None and checksums(getattr(restored, item)) != list(expected):
+                        raise ValueError(f"its {item} arrays do not match the checksums recorded when it was written")
             except ConfigError:
                 raise
             except Exception as error:  # noqa: BLE001 - orbax and tensorstore raise bare Exceptions for damaged files
@@ -129,36 +132,32 @@ class Checkpoints:
         """Moves damaged checkpoints out of the manager's way (a later save writes those steps anew)."""
         aside = folder(os.path.join(self.run_dir, "damaged_checkpoints"))  # never a link planted at its name
         for step in steps:
-            target = os.path.join(aside, str(step))
-            for n in itertools.count(1):  # an earlier damaged copy of that step stays
-                if not os.path.lexists(target):
-                    break
-                target = os.path.join(aside, f"{step}.{n}")
-            os.replace(os.path.join(self.run_dir, "checkpoints", str(step)), target)
+            names = (os.path.join(aside, f"{step}.{n}" if n else str(step)) for n in itertools.count())
+            target = next(t for t in names if not os.path.lexists(t))  # an earlier damaged copy of that step stays
+            os.replace(os.path.join(self.folder, str(step)), target)
         self.manager.reload()
 
 
 def check_shapes(which, where, abstract_runner):
     """ConfigError naming the first array whose shape or dtype in checkpoint `where` differs from the agent state
-    this version of the script makes (a fork widened a layer, or config.json's sizes were edited): compared before
-    restoring, so an intact checkpoint is never called damaged. A checkpoint whose arrays cannot be listed is left
-    to the restore (which finds it damaged)."""
+    this version of the script makes (a fork widened a layer, config.json's sizes were edited). Compared before
+    restoring, so an intact checkpoint is never called damaged; one whose arrays cannot be listed is left to it."""
     try:
         with ocp.StandardCheckpointer() as checkpointer:
             stored = checkpointer.metadata(os.path.join(where, "runner")).item_metadata.tree
         stored = ocp.tree.to_flat_dict(stored, sep=".")
     except Exception:  # noqa: BLE001 - a damaged checkpoint: the restore reports it
         return
-    wanted = {k: v for k, v in ocp.tree.to_flat_dict(without_empty(abstract_runner), sep=".").items()
-              if v is not None}
-    for name, array in wanted.items():
+    for name, array in ocp.tree.to_flat_dict(without_empty(abstract_runner), sep=".").items():
         held = stored.get(name)
-        if held is not None and (tuple(held.shape), np.dtype(held.dtype)) != (tuple(array.shape),
-                                                                              np.dtype(array.dtype)):
-            raise ConfigError(f"{which}: checkpoint {where} holds {name} of shape {tuple(held.shape)} "
-                              f"({np.dtype(held.dtype)}), but this version of the script and the run's config make it "
-                              f"{tuple(array.shape)} ({np.dtype(array.dtype)}): the script or config.json changed "
-                              "since the run was written; use the version and config that wrote it, or start a new run")
+        if array is None or held is None:
+            continue
+        (have, had), (want, wanted) = ((tuple(a.shape), np.dtype(a.dtype)) for a in (held, array))
+        if (have, had) != (want, wanted):
+            raise ConfigError(f"{which}: checkpoint {where} holds {name} of shape {have} ({had}), but this version of "
+                              f"the script and the run's config make it {want} ({wanted}): the script or config.json "
+                              "changed since the run was written; use the version and config that wrote it, or start "
+                              "a new run")
 
 
 def without_empty(tree):
@@ -180,43 +179,25 @@ def checksums(tree) -> list[int] | None:
     return [zlib.crc32(np.ascontiguousarray(np.asarray(x)).view(np.uint8)) for x in jax.tree.leaves(tree)]
 
 
-def verify(meta, restored, with_history):
-    """ValueError unless the restored arrays have the checksums the checkpoint's record holds (a checkpoint of a
-    version that wrote none is taken as it is)."""
-    recorded = meta.get("checksums") or {}
-    for item in ("runner", "history") if with_history else ("runner",):
-        expected = recorded.get(item)
-        if expected is not None and checksums(getattr(restored, item)) != list(expected):
-            raise ValueError(f"its {item} arrays do not match the checksums recorded when it was written")
-
-
-def recorded_iterations(run_dir) -> int:
-    """The most iterations any metrics.csv of the run (its own, or its sweep points') records; 0 if none."""
-    paths = [os.path.join(run_dir, "metrics.csv")] + [os.path.join(run_dir, d, "metrics.csv") for d in
-                                                      sorted(os.listdir(run_dir)) if "=" in d]
-    most = 0
-    for path in paths:
-        try:
-            with open(path, newline="") as f:
-                for row in csv.reader(f):
-                    if len(row) > 1 and row[1].isdigit():
-                        most = max(most, int(row[1]))
-        except (OSError, UnicodeDecodeError, csv.Error):
-            continue
-    return most
-
-
 def require_checkpoints_for_progress(run_dir, script):
-    """--resume: ConfigError where the run recorded progress (rows in metrics.csv) but checkpoints/ holds no
-    checkpoint to go on from (deleted, moved, not a folder): starting again would replace what was recorded. A run
-    killed before its first checkpoint recorded no rows either, and starts again."""
+    """--resume: ConfigError where metrics.csv (the run's or a sweep point's) records iterations but checkpoints/
+    holds none to go on from: starting again would replace them. A run killed before its first checkpoint recorded
+    no rows either, and starts again."""
     folder = os.path.join(run_dir, "checkpoints")
     if os.path.lexists(folder) and not os.path.isdir(folder):
         raise ConfigError(f"--resume: {folder} is not a folder; move it away (and put back the run's checkpoints/ "
                           "if you have them), then resume")
     if os.path.isdir(folder) and any(name.isdigit() for name in os.listdir(folder)):
         return
-    done = recorded_iterations(run_dir)
+    done = 0
+    for point in ["", *(d for d in os.listdir(run_dir) if "=" in d)]:
+        try:
+            with open(os.path.join(run_dir, point, "metrics.csv"), newline="") as f:
+                for row in csv.reader(f):  # row by row: the rows before a damaged one still count
+                    if len(row) > 1 and row[1].isdigit():
+                        done = max(done, int(row[1]))
+        except (OSError, UnicodeDecodeError, csv.Error):
+            continue
     if done:
         missing = "holds no checkpoint" if os.path.isdir(folder) else "is missing"
         raise ConfigError(f"--resume: {folder} {missing}, but metrics.csv records {done} iterations: starting again "
@@ -226,19 +207,11 @@ def require_checkpoints_for_progress(run_dir, script):
 
 def trained_config(run_dir):
     """-> (the newest checkpoint with a readable record, the config it was trained with, as JSON); None if the run
-    has none. --resume holds config.json to it."""
-    folder = os.path.join(run_dir, "checkpoints")
-    if not os.path.isdir(folder):
+    has none (a damaged one is left to the restore to report)."""
+    if not os.path.isdir(os.path.join(run_dir, "checkpoints")):
         return None
-    try:
-        with Checkpoints(run_dir) as checkpoints:
-            for step in sorted(checkpoints.manager.all_steps(), reverse=True):
-                try:
-                    meta = checkpoints.manager.restore(step, args=ocp.args.Composite(
-                        meta=ocp.args.JsonRestore())).meta
-                    return os.path.join(folder, str(step)), dict(meta["config"])
-                except Exception:  # noqa: BLE001 - a damaged record: the restore reports it, and tries an older one
-                    continue
-    except Exception:  # noqa: BLE001 - an unreadable folder: the restore reports it
-        return None
+    with contextlib.suppress(Exception), Checkpoints(run_dir) as checkpoints:
+        for step in sorted(checkpoints.manager.all_steps(), reverse=True):
+            with contextlib.suppress(Exception):
+                return os.path.join(checkpoints.folder, str(step)), dict(checkpoints.meta(step)["config"])
     return None

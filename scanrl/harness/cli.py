@@ -19,7 +19,7 @@ from scanrl.harness.files import RunLock
 from scanrl.harness.flags import ConfigError, check_flags, check_paths, description
 from scanrl.harness.job import compile_job, env_failure, plan
 from scanrl.harness.memory import size_flags
-from scanrl.harness.saved import check_trained_config, given_fields, read_run_config, resumed_config
+from scanrl.harness.saved import given_fields, read_run_config, resumed_config, trained_fields
 from scanrl.harness.stops import RunStopped
 from scanrl.harness.sweeps import check_sweep_points, check_swept, sweep_points
 from scanrl.harness.train import train
@@ -46,9 +46,6 @@ def main(algorithm, config=None):
                 require_checkpoints_for_progress(config.resume, algorithm.script)
             config, points = check(algorithm, config)
             train(algorithm, config, points)
-    except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
     except RunStopped as stopped:
         print(stopped, file=sys.stderr)
         if stopped.abandon and given is not None:  # from the command line: nothing of this process is needed
@@ -62,8 +59,8 @@ def main(algorithm, config=None):
         cause = str(error).strip().splitlines()[0]
         print(f"error: out of memory ({cause}): lower {size_flags(algorithm, config)}", file=sys.stderr)
         sys.exit(1)
-    except Exception as error:  # the user's own env, failing where it is first traced (--eval, the agents' shapes)
-        failure = env_failure(config, error) if config is not None else None
+    except Exception as error:  # a bad config, or the user's own env failing where it is first traced (--eval, shapes)
+        failure = error if isinstance(error, ConfigError) else None if config is None else env_failure(config, error)
         if failure is None:
             raise
         print(f"error: {failure}", file=sys.stderr)
@@ -71,12 +68,13 @@ def main(algorithm, config=None):
 
 
 def parse_flags(algorithm):
-    """tyro's parse of the command line; its error box (a bad value, an unknown flag) becomes our one line
-    `error: ...` naming the flag, exit 2 as before. --help prints as tyro prints it."""
+    """tyro's parse of the command line; its error box (a bad value, an unknown flag) becomes the one line
+    `error: ...` naming the flag, exit 2. --help prints as tyro prints it."""
     captured = io.StringIO()
+    doc = sys.modules[algorithm.make_train_parts.__module__].__doc__
     try:
         with contextlib.redirect_stderr(captured):
-            return tyro.cli(algorithm.config, description=describe(algorithm))
+            return tyro.cli(algorithm.config, description=description(doc))
     except SystemExit as exit_:
         if exit_.code in (0, None):
             sys.stderr.write(captured.getvalue())
@@ -94,14 +92,10 @@ def parse_flags(algorithm):
         raise ConfigError(f"{' '.join(message) or 'cannot parse the command line'} (see --help)") from None
 
 
-def describe(algorithm) -> str:
-    """--help's description (`flags.description` of the script's docstring)."""
-    return description(sys.modules[algorithm.make_train_parts.__module__].__doc__)
-
-
 def check(algorithm, config):
     """-> (the config as it trains, its sweep points); ConfigError if it cannot be trained. Writes nothing."""
     check_flags(config)
+    check_env(config)
     algorithm.validate(config)
     points = sweep_points(algorithm, config)
     check_sweep_points(algorithm, config, points)
@@ -116,6 +110,17 @@ def check(algorithm, config):
     return config, points
 
 
+def check_env(config):
+    """ConfigError naming --env unless scanrl can make the env (a gymnax id, one of ours, a suite's, your own)."""
+    from scanrl import envs  # here, not at the top: importing gymnax makes a JAX backend
+
+    try:
+        env, env_params = envs.make(config.env)
+        envs.is_discrete(env, env_params)
+    except ValueError as error:
+        raise ConfigError(f"--env: {error}") from None
+
+
 def eval_config(algorithm, config):
     """--eval's run: (its config, as config.json holds it, checked as a new run's is, with this command's
     --eval-episodes; its sweep points). ConfigError for anything --eval cannot do with it."""
@@ -126,13 +131,14 @@ def eval_config(algorithm, config):
         raise ConfigError(f"--eval-sampled: {algorithm.name}'s policy is deterministic (its evaluation acts as it "
                           "does); drop --eval-sampled")
     saved = read_run_config(algorithm, config.eval, "--eval", config.env)
-    check_trained_config(algorithm, config.eval, saved)
+    trained_fields(algorithm, "--eval", config.eval, saved, trained_config(config.eval))
     episodes = saved["eval_episodes"] if config.eval_episodes == algorithm.config().eval_episodes else \
         config.eval_episodes
     # Evaluated on the devices this process has: an agent's returns do not depend on how the agents are split.
     run_config = algorithm.config(**{**saved, "eval_episodes": episodes, "num_devices": None})
     try:  # the saved config, checked as a new run's is (a config.json edited or damaged into values it cannot run)
         check_flags(dataclasses.replace(run_config, eval=config.eval))
+        check_env(run_config)
         algorithm.validate(run_config)
     except ConfigError as error:
         raise ConfigError(f"--eval: {os.path.join(config.eval, 'config.json')} holds a config {algorithm.script} "
@@ -177,9 +183,8 @@ def evaluate_run(algorithm, config):
     if config.gif is not None:
         index = config.seed_index or 0
         swept = {k: np.asarray(v)[index].item() for k, v in job.swept.items()}
-        act = eval_policy(algorithm, job.parts(swept)[0], jax.tree.map(lambda x: np.asarray(x)[index],
-                                                                        gather(runner, "the evaluation")),
-                          eval_keys[index], config.eval_sampled)
+        agent = jax.tree.map(lambda x: np.asarray(x)[index], gather(runner, "the evaluation"))
+        act = eval_policy(algorithm, job.parts(swept)[0], agent, eval_keys[index], config.eval_sampled)
         total, length = envs.record_episode(run_config.env, act, eval_keys[index], config.gif)
         print(f"one episode of seed {job.names[index]} (index {index}): return {total:.1f} in {length} steps, "
               f"drawn to {config.gif}")

@@ -1,20 +1,18 @@
-"""The harness's contract, checked on any script, a fork included: `python -m harness.contract my_fork.py [flags]`.
+"""The harness's contract, checked on any script, a fork included: `python -m scanrl.harness.contract SCRIPT [flags]`.
 
-A tiny run of the script (2 seeds, 4 iterations in 4 chunks, unless the flags say otherwise) in a temporary
-directory, then:
+A tiny run of the script in a temporary directory (2 seeds, 4 iterations in 4 chunks, unless its flags say
+otherwise), then:
 - `make_train(Config(...))` makes one agent's whole run, as the README uses it (traced; the run compiles it);
-- the run names itself after the script's file (a copy of ppo.py saved as ppo_kl.py writes `ppo_kl` runs), and
-  `--eval` of another script's run exits 2 naming both;
+- the run is named after the script's file (ppo.py copied as ppo_kl.py writes `ppo_kl` runs), and `--eval` of
+  another script's run exits 2 naming both;
 - `--resume` of the run cut after its second chunk gives the uninterrupted run's metrics.csv, summary and
   parameters, bit for bit (the checkpoint holds all of the algorithm's state);
 - `--eval` reproduces the summary's eval returns (the policy the harness evaluates is the one trained);
-- every numeric field of the script's own either sets the compiled program's shape (one value per run), or is
-  read and changes the metrics when swept (one program with a point per field, each against the base point), or
-  is read nowhere with this config (e.g. another learner's field): what --sweep would refuse.
-Prints one line per check and exits 0 when all pass, 1 otherwise (2 for flags the script refuses).
-
-Flags after the script are the script's own (`--env Acrobot-v1 --learning-starts 500`): pass what a tiny run
-needs where the defaults do not fit in 4 iterations.
+- each numeric field of the script's own sets the program's shape, or changes the metrics when swept (one program, a
+  point per field against the base point), or is read nowhere with this config (e.g. another learner's field).
+Prints one line per check; exits 0 when all pass, 1 otherwise, 2 for flags the script refuses. The flags after the
+script are its own (`--env Acrobot-v1 --learning-starts 500`): pass what a tiny run needs where its defaults do
+not fit in 4 iterations.
 """
 
 import contextlib
@@ -28,8 +26,12 @@ import sys
 import tempfile
 import time
 import traceback
+from pathlib import Path
 
 import numpy as np
+import tyro
+
+from scanrl.harness.flags import ConfigError
 
 
 class ContractFailure(Exception):
@@ -44,8 +46,7 @@ def load_script(path):
     sys.path.insert(0, os.path.dirname(path))
     name = os.path.splitext(os.path.basename(path))[0]
     spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
+    sys.modules[name] = module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     if not hasattr(module, "ALGORITHM"):
         raise SystemExit(f"error: {path} defines no ALGORITHM (a harness.Algorithm); is it a scanrl script?")
@@ -53,29 +54,17 @@ def load_script(path):
 
 
 def tiny_config(algorithm, flags, out_dir):
-    """The script's config from `flags`, made tiny where the flags do not say: 2 seeds, 2 eval episodes, about 4
-    iterations in 4 chunks, every checkpoint kept, in `out_dir`."""
-    import tyro
-
+    """The script's config from `flags`, tiny where they do not say: 2 seeds, 2 eval episodes, about 4 iterations in
+    4 chunks, every checkpoint kept, in `out_dir`."""
     from scanrl.harness.saved import given_fields
 
     config = tyro.cli(algorithm.config, args=list(flags))
     given = given_fields(algorithm, flags)
-    tiny = {"num_seeds": 2, "eval_episodes": 2, "log_every": 1}
-    tiny = {k: v for k, v in tiny.items() if k not in given}
+    tiny = {k: v for k, v in {"num_seeds": 2, "eval_episodes": 2, "log_every": 1}.items() if k not in given}
     config = dataclasses.replace(config, **tiny, out_dir=out_dir, run_name="whole", keep_checkpoints=4)
     if "total_timesteps" not in given:
         config = dataclasses.replace(config, total_timesteps=4 * algorithm.steps_per_iteration(config))
-    iterations = algorithm.num_iterations(config)
-    return dataclasses.replace(config, num_chunks=min(4, iterations))
-
-
-def quiet(fn, *args):
-    """fn(*args) with its printing captured -> (result, what it printed)."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        result = fn(*args)
-    return result, out.getvalue()
+    return dataclasses.replace(config, num_chunks=min(4, algorithm.num_iterations(config)))
 
 
 def run_main(module, config):
@@ -110,19 +99,17 @@ def check_make_train(module, config):
 
 
 def check_name(module, config, whole):
-    from scanrl.harness.flags import ConfigError
     from scanrl.harness.saved import read_run_config
 
     algorithm = module.ALGORITHM
-    saved = json.loads(open(os.path.join(whole, "config.json")).read())
+    saved = json.loads(Path(whole, "config.json").read_text())
     if saved["algo"] != algorithm.name:
         raise ContractFailure(f"config.json names the algorithm {saved['algo']!r}, the script {algorithm.name!r}")
-    other = os.path.join(os.path.dirname(whole), "other")
-    os.makedirs(other)
-    with open(os.path.join(other, "config.json"), "w") as f:
-        json.dump({**saved, "algo": f"not_{algorithm.name}"}, f)
+    other = Path(whole).parent / "other"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({**saved, "algo": f"not_{algorithm.name}"}))
     try:
-        read_run_config(algorithm, other, "--eval")
+        read_run_config(algorithm, str(other), "--eval")
     except ConfigError as error:
         if algorithm.name not in str(error) or f"not_{algorithm.name}" not in str(error):
             raise ContractFailure(f"--eval of another script's run: {error}") from None
@@ -157,11 +144,9 @@ def check_resume(module, config, whole):
         shutil.rmtree(os.path.join(cut, "checkpoints", str(step)))
     os.remove(os.path.join(cut, "summary.json"))
     run_main(module, dataclasses.replace(module.ALGORITHM.config(), resume=cut))
-    for name in ("metrics.csv",):
-        with open(os.path.join(whole, name), "rb") as a, open(os.path.join(cut, name), "rb") as b:
-            if a.read() != b.read():
-                raise ContractFailure(f"{name} of the resumed run differs from the uninterrupted run's")
-    expected, got = (json.loads(open(os.path.join(d, "summary.json")).read()) for d in (whole, cut))
+    if Path(whole, "metrics.csv").read_bytes() != Path(cut, "metrics.csv").read_bytes():
+        raise ContractFailure("metrics.csv of the resumed run differs from the uninterrupted run's")
+    expected, got = (json.loads(Path(d, "summary.json").read_text()) for d in (whole, cut))
     for key in ("final_return", "eval_return", "env_steps"):
         if got[key] != expected[key]:
             raise ContractFailure(f"summary.json's {key}: {got[key]} resumed, {expected[key]} uninterrupted")
@@ -172,18 +157,16 @@ def check_resume(module, config, whole):
 
 
 def check_eval(module, config, whole):
-    summary = json.loads(open(os.path.join(whole, "summary.json")).read())
+    expected = [f"{r:.2f}" for r in json.loads(Path(whole, "summary.json").read_text())["eval_return"]]
     printed = run_main(module, dataclasses.replace(module.ALGORITHM.config(), eval=whole))
     means = [line.split("mean ")[1].split()[0] for line in printed.splitlines() if line.startswith("seed ")]
-    expected = [f"{r:.2f}" for r in summary["eval_return"]]
     if means != expected:
         raise ContractFailure(f"--eval's means {means}, summary.json's eval_return {expected}")
     return f"eval returns {', '.join(expected)}"
 
 
 def other_values(value, ok):
-    """Other values for a field that the algorithm accepts (`ok(v)`), the likeliest to show first: 1.5x and half,
-    or twice and one more for a count."""
+    """Other values of a field that `ok(v)` accepts, those likeliest to show an effect first."""
     candidates = [value * 2, value + 1, value // 2] if isinstance(value, int) else \
         [value * 1.5, value * 0.5, value + 0.1, value - 0.1] if value else [0.1, 0.01, 1.0]
     return [v for v in dict.fromkeys(candidates) if v != value and ok(v)]
@@ -194,76 +177,61 @@ def changed_metrics(algorithm, config, values):
     program with a base point and one point per field (one seed each)."""
     import jax
 
-    from scanrl.harness.agents import init_agents
     from scanrl.harness.job import plan, run_pieces
 
     names = list(values)
     base = {k: getattr(config, k) for k in names}
     points = [base] + [{**base, k: values[k]} for k in names]
     config = dataclasses.replace(config, sweep=("contract",), num_seeds=1, num_chunks=1)
-    job, _ = quiet(plan, algorithm, config, points)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        job = plan(algorithm, config, points)  # its notes (devices) are not the contract's
     scalar = jax.ShapeDtypeStruct((), np.int32)
-    # XLA's lowest backend optimisation level: about a sixth less compile time, and the points are compared
-    # within this one program.
+    # XLA's lowest backend optimisation: about a sixth less compile time; the points are compared within this program
     compiled = job.segment.lower(job.abstract_runner, scalar, job.swept).compile({"xla_backend_optimization_level": 0})
-    runner = init_agents(lambda key, swept: job.parts(swept)[1](key), job.sharding, job.keys, job.swept)
-    runner = jax.tree.unflatten(jax.tree.structure(job.abstract_runner), jax.tree.leaves(runner))
-    _, metrics, _ = run_pieces(compiled, job, runner, 0, job.num_iterations, None)
+    _, metrics, _ = run_pieces(compiled, job, job.fresh_agents(), 0, job.num_iterations, None)
     keys = [k for k in metrics if k not in ("env_steps", "nonfinite")]
     return [name for i, name in enumerate(names, start=1)
             if not all(np.array_equal(metrics[k][0], metrics[k][i], equal_nan=True) for k in keys)]
 
 
-def traces_with(algorithm, config, name, value) -> bool:
-    """Whether one agent's init, two iterations and evaluation trace with `name` swept (a traced scalar)."""
-    import jax
-
-    from scanrl.harness.sweeps import dtype_of, probe_program
-
+def holds(fn, *args, errors=Exception) -> bool:
+    """Whether `fn(*args)` returns without raising one of `errors`."""
     try:
-        jax.eval_shape(probe_program(algorithm, config, name), jax.ShapeDtypeStruct((), dtype_of(config, name)))
+        fn(*args)
         return True
-    except Exception:
+    except errors:
         return False
 
 
 def check_fields(module, config):
-    """Each numeric field: fixed per program, read and changing the metrics, or read nowhere with this config (what
-    --sweep refuses with one line). A field that is read but changes no metric fails: a sweep of it would train
-    alike and nothing would say so."""
-    from scanrl.harness.flags import ConfigError
-    from scanrl.harness.sweeps import check_sweep_points, check_swept, sweepable_fields
+    """Each numeric field: fixed per program, changing the metrics, or read nowhere with this config (what --sweep
+    refuses). One read but changing no metric fails: a sweep of it would train alike and nothing would say so."""
+    import jax
 
-    algorithm = module.ALGORITHM
-    fixed, unread, candidates = [], [], {}
+    from scanrl.harness.sweeps import check_sweep_points, check_swept, dtype_of, probe_program, sweepable_fields
+
+    algorithm, swept = module.ALGORITHM, dataclasses.replace(config, sweep=("contract",))
+    fixed, left = [], {}
     for name in sweepable_fields(config):
-        def accepted(v, name=name):
-            try:
-                check_sweep_points(algorithm, dataclasses.replace(config, sweep=("contract",)), [{name: v}])
-                return True
-            except ConfigError:
-                return False
-
-        others = other_values(getattr(config, name), accepted)
+        others = other_values(getattr(config, name), lambda v, name=name: holds(
+            check_sweep_points, algorithm, swept, [{name: v}], errors=ConfigError))
         if not others:
             fixed.append(f"{name} (no other value accepted)")
-        elif not traces_with(algorithm, config, name, others[0]):
+        elif not holds(jax.eval_shape, probe_program(algorithm, config, name),
+                       jax.ShapeDtypeStruct((), dtype_of(config, name))):
             fixed.append(name)
         else:
-            candidates[name] = others
-    changed, left = [], dict(candidates)
+            left[name] = others
+    changed = []
     for attempt in range(2):  # a tiny run may not show a value's effect: a second value for those that showed none
         values = {k: v[attempt] for k, v in left.items() if len(v) > attempt}
         if values:
             shown = changed_metrics(algorithm, config, values)
             changed += shown
             left = {k: v for k, v in left.items() if k not in shown}
-    for name in list(left):  # no effect: read nowhere (what --sweep refuses), or read to no effect (a failure)
-        try:
-            check_swept(algorithm, dataclasses.replace(config, sweep=("contract",)), [{name: left[name][0]}])
-        except ConfigError:
-            unread.append(name)
-            del left[name]
+    # No effect: read nowhere (what --sweep refuses), or read to no effect (a failure).
+    unread = [k for k, v in left.items() if not holds(check_swept, algorithm, swept, [{k: v[0]}], errors=ConfigError)]
+    left = [k for k in left if k not in unread]
     notes = (f"fixed per program: {', '.join(fixed) or '-'}; read nowhere with this config (--sweep refuses them): "
              f"{', '.join(unread) or '-'}")
     if left:
@@ -280,7 +248,6 @@ def main(argv=None) -> int:
     module = load_script(argv[0])
     algorithm = module.ALGORITHM
     from scanrl.harness.cli import check
-    from scanrl.harness.flags import ConfigError
 
     with tempfile.TemporaryDirectory(prefix="scanrl-contract-") as tmp:
         try:
@@ -310,16 +277,15 @@ def main(argv=None) -> int:
                 detail = fn()
                 print(f"  ok    {title}{': ' + detail if detail else ''} ({time.perf_counter() - start:.1f} s)",
                       flush=True)
-            except ContractFailure as failure:
+            except Exception as error:
                 failed += 1
-                print(f"  FAIL  {title}: {failure}", flush=True)
-            except Exception as error:  # a bug of the script (or the harness): the traceback helps
-                failed += 1
-                print(f"  FAIL  {title}: {type(error).__name__}: {error}", flush=True)
-                traceback.print_exc()
-            if failed and title == "a run":
-                print("  (the other checks need the run)")
-                break
+                bug = not isinstance(error, ContractFailure)  # of the script or the harness: its traceback helps
+                print(f"  FAIL  {title}: {type(error).__name__ + ': ' if bug else ''}{error}", flush=True)
+                if bug:
+                    traceback.print_exc()
+                if title == "a run":
+                    print("  (the other checks need the run)")
+                    break
     print(f"{algorithm.script}: {'all checks passed' if not failed else f'{failed} check(s) failed'}")
     return 1 if failed else 0
 

@@ -7,8 +7,7 @@ import jax
 import numpy as np
 
 # With threefry, fold_in(key, i) equals split(key, n)[i] for every i < n: folding a small number into an agent's
-# root key gives a key its init split off (fold_in(key, 1) was ppo's actor init key). No split of the root into
-# fewer than 2**32 keys reaches the largest 32-bit number.
+# root key gives a key its init split off. No split of the root into fewer than 2**32 keys reaches this one.
 EVALUATION_FOLD = 2**32 - 1
 
 
@@ -32,7 +31,7 @@ def make_evaluate(algorithm, config, sampled=False):
 
 
 def eval_policy(algorithm, config, runner, key, sampled):
-    """The deterministic policy, or (`sampled`) the sampled one, drawing its actions from a key folded from `key`
+    """The deterministic policy, or (`sampled`) the sampled one drawing its actions from a key folded from `key`
     (the episodes' key): the same episodes either way."""
     if not sampled:
         return algorithm.policy(config, runner)

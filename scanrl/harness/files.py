@@ -1,7 +1,6 @@
-"""Files the harness writes, written one way: each through a temporary that is created exclusively in the target's
-folder (never through a link planted at its name) and renamed over the target once whole, in a folder that is not a
-link (`folder` makes or checks one); appends never follow a link. And a run directory's owner: one process at a time
-trains in it (`RunLock`). No JAX here."""
+"""Files the harness writes, written one way: through a temporary created exclusively beside the target and renamed
+over it once whole (never through a link planted at a name), in folders that are not links; appends never follow a
+link. And a run directory's owner (`RunLock`): one process at a time trains in it. No JAX here."""
 
 import contextlib
 import errno
@@ -17,12 +16,9 @@ LOCK_NAME = ".lock"
 
 @contextlib.contextmanager
 def replaced(path, mode="w", **kwargs):
-    """`with replaced(path) as f:` writes `path` atomically: to a new temporary file beside it, created exclusively
-    (O_EXCL under a random name: a link or file planted at any name is never opened), renamed over `path` when the
-    block ends without error (rename replaces a link at `path` itself, never what it points to). A kill or a full
-    disk leaves the old file or the new one; the temporary is removed on error. The file's mode follows the umask,
-    as open()'s does. OSError (ELOOP) if `path`'s folder is a link: a folder replaced by a link is never written
-    through."""
+    """`with replaced(path) as f:` writes `path` atomically: a temporary beside it, created with O_EXCL under a random
+    name, renamed over `path` when the block ends without error (replacing a link at `path`, never its target). A
+    kill or a full disk leaves the old file or the new one. OSError (ELOOP) if `path`'s folder is a link."""
     folder, name = os.path.split(os.path.abspath(path))
     if os.path.islink(folder):
         raise OSError(errno.ELOOP, "a link, not a folder of the run (it is never written through)", folder)
@@ -47,8 +43,7 @@ def replaced(path, mode="w", **kwargs):
 
 
 def folder(path):
-    """`path` as a folder to write in: made if absent (its parent must exist); OSError (ELOOP, ENOTDIR) if it is a
-    link or not a folder, so nothing is written or moved through a link planted at a folder's name."""
+    """`path` as a folder to write in, made if absent; OSError (ELOOP, ENOTDIR) if it is a link or not a folder."""
     try:
         os.mkdir(path)
     except FileExistsError:
@@ -61,7 +56,7 @@ def folder(path):
 
 
 def save_figure(fig, path):
-    """A matplotlib figure as a PNG at `path`, written as `replaced` writes, and closed. -> path."""
+    """A matplotlib figure as a PNG at `path` (through `replaced`), closed. -> path."""
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
@@ -77,10 +72,9 @@ def open_append(path, **kwargs):
 
 
 class RunLock:
-    """The run directory's owner: an exclusive `flock` on <run dir>/.lock, which holds the owner's pid, held until
-    `release` (or the process ends: the kernel drops a dead process's lock, so a killed run never holds its
-    directory). A second owner, in this process or another, gets ConfigError naming the first's pid. The lock file
-    is removed on release; a taker checks that the file it locked is still the one at the name."""
+    """The run directory's owner: an exclusive `flock` on <run dir>/.lock (holding the owner's pid) until `release`
+    or the process's end (the kernel drops a dead process's lock). A second owner gets ConfigError naming the first's
+    pid. The file is removed on release, so a taker checks that the file it locked is still the one at the name."""
 
     def __init__(self, run_dir, which):
         self.path = os.path.join(run_dir, LOCK_NAME)

@@ -1,4 +1,4 @@
-"""The flags every script shares (`Flags`), checking them, and the config of an existing run directory.
+"""The flags every script shares (`Flags`), `ConfigError`, and the checks of the shared flags and of `require`.
 
 A script's `Config` subclasses `Flags`, adds its algorithm's fields and redefines `env`, `total_timesteps` and
 `log_every` with its own defaults; tyro turns every field into a flag of the same name (`num_seeds`: `--num-seeds`).
@@ -113,30 +113,18 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def require_positive(config, *names):
-    """ConfigError unless every named field is > 0 (NaN is not)."""
-    for name in names:
-        value = getattr(config, name)
-        if not value > 0:
-            kind = "a positive integer" if isinstance(value, int) else "positive"
-            raise ConfigError(f"{flag(name)} must be {kind}, got {value}")
-
-
-def require_between(config, low, high, *names):
-    """ConfigError unless every named field lies in [low, high] (NaN does not); high may be infinite."""
-    for name in names:
-        value = getattr(config, name)
-        if not low <= value <= high:
-            where = f"be {low:g} or more" if high == float("inf") else f"lie in [{low:g}, {high:g}]"
-            raise ConfigError(f"{flag(name)} must {where}, got {value}")
-
-
 def require(config, positive=(), unit=(), nonnegative=()):
     """ConfigError naming the flag unless every field named in `positive` is > 0, in `unit` lies in [0, 1] and in
     `nonnegative` is >= 0 (NaN is none of these): the range checks of a script's `validate`."""
-    require_positive(config, *positive)
-    require_between(config, 0, 1, *unit)
-    require_between(config, 0, float("inf"), *nonnegative)
+    for name in positive:
+        value = getattr(config, name)
+        if not value > 0:
+            raise ConfigError(f"{flag(name)} must be {'a positive integer' if isinstance(value, int) else 'positive'}, "
+                              f"got {value}")
+    for names, high, where in ((unit, 1, "lie in [0, 1]"), (nonnegative, math.inf, "be 0 or more")):
+        for name in names:
+            if not 0 <= getattr(config, name) <= high:
+                raise ConfigError(f"{flag(name)} must {where}, got {getattr(config, name)}")
 
 
 def require_count(value, what, lower):
@@ -147,16 +135,14 @@ def require_count(value, what, lower):
 
 
 def require_finite(config, prefix=""):
-    """ConfigError unless every float field is a finite number in float32, the precision the programs compute in
-    (NaN and inf pass `x > 0`-style checks, or fail them with a misleading message; 1e40 is inf in float32).
-    `prefix`: what to put before the flag, e.g. the sweep point."""
+    """ConfigError unless every float field is finite in float32, the programs' precision (NaN and inf slip through
+    range checks; 1e40 is inf in float32). `prefix`: what goes before the flag, e.g. the sweep point."""
     for field in dataclasses.fields(config):
         value = getattr(config, field.name)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{prefix}{flag(field.name)} must be a finite number, got {value}")
-        if isinstance(value, float) and abs(value) > FLOAT32_MAX:
-            raise ConfigError(f"{prefix}{flag(field.name)} must be a finite number, got {value}, which is infinite in "
-                              f"float32 (the programs compute in float32: at most {FLOAT32_MAX:.3g} in size)")
+        if isinstance(value, float) and not abs(value) <= FLOAT32_MAX:
+            why = "" if not math.isfinite(value) else (f", which is infinite in float32 (the programs compute in "
+                                                       f"float32: at most {FLOAT32_MAX:.3g} in size)")
+            raise ConfigError(f"{prefix}{flag(field.name)} must be a finite number, got {value}{why}")
 
 
 def check_paths(config):
@@ -192,12 +178,12 @@ def require_writable_dir(path, which):
 
 
 def check_flags(config):
-    """The checks of the shared flags and of --env; the algorithm's own come after, in its `validate`."""
+    """The checks of the shared flags (--env's is `cli.check_env`); the algorithm's own come after, in `validate`."""
     require_finite(config)
     check_paths(config)
-    require_positive(config, "num_seeds", "total_timesteps", "eval_episodes", "log_every", "keep_checkpoints")
-    if config.num_chunks is not None:
-        require_positive(config, "num_chunks")
+    optional = tuple(name for name in ("num_chunks", "num_devices") if getattr(config, name) is not None)
+    require(config, positive=("num_seeds", "total_timesteps", "eval_episodes", "log_every", "keep_checkpoints",
+                              "distributed_timeout") + optional)
     if config.eval_sampled and config.eval is None:
         raise ConfigError("--eval-sampled evaluates a saved run: add --eval <run dir> (training's own evaluation is "
                           "the deterministic policy's)")
@@ -205,21 +191,11 @@ def check_flags(config):
     if not 0 <= config.seed <= MAX_SEED - (config.num_seeds - 1):
         raise ConfigError(f"--seed {config.seed} with --num-seeds {config.num_seeds}: the seeds must lie in 0 to "
                           f"{MAX_SEED} (2**32 - 1)")
-    require_positive(config, "distributed_timeout")
-    if config.num_devices is not None and config.num_devices <= 0:
-        raise ConfigError(f"--num-devices must be a positive integer, got {config.num_devices}")
     if config.num_processes > 1 and config.coordinator_address is None:
         raise ConfigError(f"--num-processes {config.num_processes}: a multi-process run needs --coordinator-address "
                           f"host:port and --process-id in 0 to {config.num_processes - 1}")
     if not 0 <= config.process_id < config.num_processes:
         raise ConfigError(f"--process-id {config.process_id} must lie in 0 to --num-processes - 1 "
                           f"({config.num_processes - 1})")
-    from scanrl import envs  # here, not at the top: importing gymnax makes a JAX backend
-
-    try:
-        env, env_params = envs.make(config.env)
-        envs.is_discrete(env, env_params)
-    except ValueError as error:
-        raise ConfigError(f"--env: {error}") from None
 
 

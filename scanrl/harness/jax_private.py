@@ -1,13 +1,10 @@
-"""The private JAX APIs the harness uses, and one reading of JAX's output that no API gives, in one place, each
-with a test (tests/test_jax_private.py) that fails loudly when a jax upgrade changes it (jax pinned: requirements.txt).
+"""The private JAX APIs the harness uses, and one reading of JAX's output that no API gives, each with a test
+(tests/test_jax_private.py) that fails loudly when a jax upgrade changes it (jax pinned: requirements.txt).
 
-- The persistent compilation cache's storage: JAX has a public switch for its cache (`jax_compilation_cache_dir`)
-  but none for how entries are stored; compile_cache.py replaces JAX's file store with one that writes atomically.
-- The coordination service's key-value store of a multi-process run (`jax.distributed`): heartbeats and arrival
-  marks that tell a dead peer from a slow one (scale.py); JAX exposes no public handle to it.
-- Whether a program's output depends on an input (a swept field, scale.py): `jax.jit` drops inputs that no output
-  depends on (dead-code elimination through scans, loops and branches), and the lowered program's text is the only
-  public place that shows which it kept.
+- The compilation cache's store: JAX has a public switch for its cache but none for how entries are stored.
+- The coordination service's key-value store of a multi-process run: heartbeats and arrival marks (processes.py).
+- Whether a program's output depends on an input (a swept field, sweeps.py): `jax.jit` drops inputs no output depends
+  on (through scans, loops and branches), and only the lowered program's text shows which it kept.
 """
 
 import re

@@ -17,6 +17,7 @@ from scanrl.harness.agents import (
     any_process,
     choose_devices,
     gather,
+    init_agents,
     local_agents,
     over_agents,
     to_agents,
@@ -25,34 +26,26 @@ from scanrl.harness.evaluation import make_evaluate
 from scanrl.harness.flags import ConfigError
 from scanrl.harness.memory import check_agent_memory, check_memory
 from scanrl.harness.stops import learned_finite
-from scanrl.harness.sweeps import agent_parts, as_built_by
+from scanrl.harness.sweeps import agent_parts
 
 
 def piece_length(num_iterations, config) -> int:
-    """The iterations in one piece of the compiled scan: the largest divisor of the run's iterations that is at most
-    --log-every (and, with --num-chunks, at most a chunk), so that one compiled program, a scan of a static length,
-    runs every piece of the run, and a resumed run the same pieces."""
+    """The iterations in one piece of the compiled scan: the largest divisor of the run's iterations within
+    --log-every (and a chunk), so one program of a static scan length runs every piece, and a resumed run the same."""
     most = max(1, min(config.log_every, num_iterations // (config.num_chunks or 1)))
     return max(d for d in range(1, most + 1) if num_iterations % d == 0)
 
 
-def chunk_ends(num_pieces, num_chunks) -> list[int]:
-    """The piece after each of `num_chunks` chunks of whole pieces: as equal as can be, the shorter ones last."""
-    size, longer = divmod(num_pieces, num_chunks)
-    return list(itertools.accumulate(size + (i < longer) for i in range(num_chunks)))
-
-
 def on_agents(runner, sharding):
-    """The runner with every leaf split over the agents' devices as the compiled programs take it: a program hands
-    back an empty leaf (a MuJoCo model's zero-size arrays) replicated, not split, and would refuse it next time."""
+    """The runner with every leaf split over the agents' devices: a program hands back an empty leaf (a MuJoCo model's
+    zero-size arrays) replicated, not split, and would refuse it next time."""
     return jax.tree.map(lambda x: x if x.sharding == sharding else jax.device_put(x, sharding), runner)
 
 
 def run_pieces(compiled, job, runner, start, end, progress, stop=None, deadline=float("inf")):
-    """Pieces of the compiled scan from iteration `start` until a chunk ends: at iteration `end`, or after a piece
-    once the clock passes `deadline` (time.perf_counter) or a stop request (`stop`) came, on any process. While one
-    piece runs, the host prints the last one's progress lines. -> (runner, every agent's metrics of the iterations
-    run, as numpy, the iteration reached)."""
+    """Pieces of the compiled scan from iteration `start` until a chunk ends: at `end`, or after a piece once the clock
+    passes `deadline` (time.perf_counter) or a stop request (`stop`) came, on any process; a piece's progress is
+    printed while the next runs. -> (runner, every agent's metrics of the iterations run as numpy, iteration reached)"""
     pieces = []
     while start < end:
         runner, rows = compiled(on_agents(runner, job.sharding), np.int32(start), job.swept)  # not awaited
@@ -93,12 +86,17 @@ class Job:
     def lead(self):
         return jax.process_index() == 0  # process 0 writes the run directory and wandb
 
+    def fresh_agents(self):
+        """Every agent's `init`, split over the devices, with the host's structure of the runner (with a sweep, init's
+        program gives it static parts of its own)."""
+        runner = init_agents(lambda key, swept: self.parts(swept)[1](key), self.sharding, self.keys, self.swept)
+        return jax.tree.unflatten(jax.tree.structure(self.abstract_runner), jax.tree.leaves(runner))
+
 
 def plan(algorithm, config, points, sampled=False) -> Job:
-    """The agents (sweep points x seeds) over the devices, and the training program of one agent, vmapped over a
-    device's agents and split over the devices (shard_map). Each agent's swept values go in as arrays, and the
-    script's parts are made in the program with them (`agent_parts`). `sampled`: the evaluation acts with the
-    policies training acts with (--eval-sampled)."""
+    """The agents (sweep points x seeds) over the devices, and one agent's programs vmapped over a device's agents and
+    split over the devices (shard_map); swept values go in as arrays, the script's parts made with them
+    (`agent_parts`). `sampled`: the evaluation acts with training's policies (--eval-sampled)."""
     check_agent_memory(algorithm, config, config.num_seeds * len(points))  # before anything per agent is made
     keys, swept, names = agent_layout(config, points)
     devices = choose_devices(config, len(keys))
@@ -113,16 +111,19 @@ def plan(algorithm, config, points, sampled=False) -> Job:
     structure = jax.tree.structure(abstract_runner)
     num_iterations = algorithm.num_iterations(config)
     length = piece_length(num_iterations, config)
-    ends = None if config.num_chunks is None else [
-        length * end for end in chunk_ends(num_iterations // length, config.num_chunks)]
+    ends = None
+    if config.num_chunks is not None:  # chunks of whole pieces, as equal as can be, the shorter ones last
+        size, longer = divmod(num_iterations // length, config.num_chunks)
+        ends = list(itertools.accumulate(length * (size + (i < longer)) for i in range(config.num_chunks)))
     steps = algorithm.steps_per_iteration(config)
 
     def segment(runner, start, swept):
-        """`length` iterations of the agent's `update` from iteration `start`, as `lax.scan`, each one's metrics
-        with `env_steps` and `nonfinite` added; the runner handed back with the host's structure."""
+        """`length` iterations of the agent's `update` from iteration `start` (`lax.scan`), each one's metrics with
+        `env_steps` and `nonfinite` added; the runner handed back with the host's structure."""
         _, init, update = parts(swept)
-        if swept:
-            runner = as_built_by(init, runner)
+        if swept:  # the runner's static parts (an optimizer's functions) close over another trace's swept values
+            built = jax.eval_shape(init, jax.ShapeDtypeStruct((2,), jnp.uint32))
+            runner = jax.tree.unflatten(jax.tree.structure(built), jax.tree.leaves(runner))
 
         def iteration(runner, i):
             runner, metrics = update(runner)
@@ -135,26 +136,22 @@ def plan(algorithm, config, points, sampled=False) -> Job:
         return jax.tree.unflatten(structure, jax.tree.leaves(runner)), rows
 
     evaluate = over_agents(lambda key, runner, swept: make_evaluate(algorithm, parts(swept)[0], sampled)(key, runner),
-                           mesh,
-                           (0, 0, 0))
+                           mesh, (0, 0, 0))
     return Job(algorithm, config, points, keys, to_agents(swept, sharding), names, mesh, sharding, parts,
                abstract_runner, over_agents(segment, mesh, (0, None, 0)), evaluate, length, num_iterations, ends)
 
 
 def compile_job(job, training=True) -> tuple:
-    """-> (the compiled training program, None without `training`; the compiled final evaluation; seconds they
-    took). Compiled from shapes alone, so a run too big for memory (its training, or its evaluation on
-    --eval-episodes envs per agent) is refused (ConfigError) before anything is allocated; so is an error the
-    user's own env raised while the programs were traced (`env_failure`)."""
+    """-> (the compiled training program, None without `training`; the compiled final evaluation; seconds taken).
+    Compiled from shapes alone, so a run too big for memory (its training, or its evaluation on --eval-episodes envs
+    per agent), METRIC_KEYS that are not the reported metrics, or an error the user's own env raised while the
+    programs were traced (`env_failure`) is refused (ConfigError) before anything is allocated."""
     start = time.perf_counter()
-    state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(job.abstract_runner))
     metric_keys = job.algorithm.metric_keys_of(job.config)
-    agents = local_agents(job.sharding, len(job.keys))
     try:
         compiled = None
         if training:
-            scalar = jax.ShapeDtypeStruct((), jnp.int32)
-            compiled = job.segment.lower(job.abstract_runner, scalar, job.swept).compile()
+            compiled = job.segment.lower(job.abstract_runner, jax.ShapeDtypeStruct((), jnp.int32), job.swept).compile()
         keys = jax.ShapeDtypeStruct(job.keys.shape, job.keys.dtype, sharding=job.sharding)
         evaluation = job.evaluate.lower(keys, job.abstract_runner, job.swept).compile()
     except Exception as error:
@@ -163,11 +160,19 @@ def compile_job(job, training=True) -> tuple:
             raise
         raise failure from None
     compile_s = time.perf_counter() - start
-    if training:
-        check_metric_keys(job.algorithm, metric_keys, compiled.out_info[1])
-    history_bytes = len(job.keys) * job.num_iterations * len(metric_keys) * 4 if training else 0
-    check_memory(job.config, job.algorithm, [compiled] if training else [],
-                 state_bytes * len(agents) // len(job.keys), history_bytes, evaluation)
+    history_bytes = 0
+    if training:  # METRIC_KEYS are metrics.csv's columns: a fork's new metric left out would never be written
+        reported = compiled.out_info[1]
+        unlisted, missing = sorted(set(reported) - set(metric_keys)), [k for k in metric_keys if k not in reported]
+        if unlisted or missing:
+            raise ConfigError(f"{job.algorithm.script}: its iterations report {', '.join(unlisted) or 'no'} metric(s) "
+                              f"missing from its METRIC_KEYS, and METRIC_KEYS names {', '.join(missing) or 'none'} "
+                              "they do not report; make METRIC_KEYS the keys of the metrics dict")
+        history_bytes = len(job.keys) * job.num_iterations * len(metric_keys) * 4
+    state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(job.abstract_runner))
+    local_state_bytes = state_bytes * len(local_agents(job.sharding, len(job.keys))) // len(job.keys)
+    check_memory(job.config, job.algorithm, [compiled] if training else [], local_state_bytes, history_bytes,
+                 evaluation)
     return compiled, evaluation, compile_s
 
 
@@ -178,13 +183,3 @@ def env_failure(config, error) -> ConfigError | None:
     line = envs.user_env_failure(config.env, error)
     return None if line is None else ConfigError(line)
 
-
-def check_metric_keys(algorithm, metric_keys, reported):
-    """ConfigError unless the script's METRIC_KEYS (metrics.csv's columns) are the metrics its iterations report:
-    a fork's new metric left out of them would be computed and never written."""
-    unlisted = sorted(set(reported) - set(metric_keys))
-    missing = [k for k in metric_keys if k not in reported]
-    if unlisted or missing:
-        raise ConfigError(f"{algorithm.script}: its iterations report {', '.join(unlisted) or 'no'} metric(s) missing "
-                          f"from its METRIC_KEYS, and METRIC_KEYS names {', '.join(missing) or 'none'} they do not "
-                          "report; make METRIC_KEYS the keys of the metrics dict")

@@ -18,22 +18,18 @@ def available_memory(device) -> tuple[int | None, str]:
     stats = device.memory_stats() if device.platform != "cpu" else None
     if stats and "bytes_limit" in stats:
         return stats["bytes_limit"] - stats.get("bytes_in_use", 0), f"{device.platform} device {device.id}"
-    free = None
+    known = [cgroup_memory_left()]  # a container's limit may be far below the host's memory
     try:
         with open("/proc/meminfo") as f:
-            free = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
-    except (OSError, StopIteration, ValueError, IndexError):
+            known += [int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")]
+    except (OSError, ValueError, IndexError):
         pass
-    left = cgroup_memory_left()  # a container's limit may be far below the host's memory
-    if left is not None:
-        free = left if free is None else min(free, left)
-    return free, "this host"
+    return min((b for b in known if b is not None), default=None), "this host"
 
 
 def cgroup_memory_left(root="/sys/fs/cgroup") -> int | None:
-    """Bytes this process's cgroup may still allocate: its limit less its usage, from cgroup v2 (memory.max,
-    memory.current) or v1 (memory/memory.limit_in_bytes, memory.usage_in_bytes); None without a limit (v2's "max",
-    v1's page-rounded 2**63) or a cgroup file to read."""
+    """Bytes this process's cgroup may still allocate (its limit less its usage, cgroup v2 or v1); None without a
+    limit (v2's "max", v1's page-rounded 2**63) or a cgroup file to read."""
     for limit_file, usage_file in (("memory.max", "memory.current"),
                                    ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes")):
         try:
@@ -48,50 +44,47 @@ def cgroup_memory_left(root="/sys/fs/cgroup") -> int | None:
 
 
 def check_agent_memory(algorithm, config, num_agents):
-    """ConfigError before anything is made per agent (keys, swept values, states, the compiled program's check):
-    too many agents for an int32 count, or for their state alone in the memory available: one agent's state (its
-    shapes, traced; nothing allocated) twice (training and a checkpoint's host copy) and its metrics history, times
-    this process's agents. The full check (`check_memory`) follows from the compiled programs."""
+    """ConfigError before anything is made per agent: too many agents for an int32 count, or for their state alone:
+    one agent's state (from shapes, nothing allocated) twice (training and a checkpoint's host copy) and its metrics
+    history, times this process's agents. `check_memory` follows, from the compiled programs."""
     require_count(num_agents, "agents (--num-seeds x sweep points)", flag("num_seeds"))
     _, init, _ = agent_parts(algorithm, config)({})
     one = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(jax.eval_shape(
         init, jax.ShapeDtypeStruct((2,), jnp.uint32))))
     history = algorithm.num_iterations(config) * len(algorithm.metric_keys_of(config)) * 4
     local = -(-num_agents // jax.process_count())
-    need = local * (2 * one + history + 8)
-    free, where = available_memory(jax.local_devices()[0])
-    if free is not None and need > free:
-        raise ConfigError(f"the run needs about {need / 1e9:.1f} GB of memory ({local * one / 1e9:.1f} GB of it the "
-                          f"state of its {local:,} agents) and {where} has {free / 1e9:.1f} GB available: lower "
-                          f"{size_flags(algorithm, config, history > one)}")
+    _refuse_beyond_memory(local * (2 * one + history + 8), local * one, f"{local:,} agents",
+                          size_flags(algorithm, config, history > one))
 
 
 def check_memory(config, algorithm, programs, state_bytes, host_bytes, evaluation=None):
-    """ConfigError, before anything is allocated, when the run cannot fit: each compiled training program's
-    arguments, outputs and temporaries (XLA's `memory_analysis`, per device), plus one more copy of the agents'
-    state (a checkpoint copies it to the host) and `host_bytes` (the metrics history), against the memory
-    available. Host devices share the host's memory, so on CPU their needs add up. `evaluation`: the compiled final
-    evaluation (--eval-episodes envs per agent at once), which runs after training and is counted the same way."""
+    """ConfigError when the run cannot fit: each compiled program's arguments, outputs and temporaries (XLA's
+    `memory_analysis`, per device; host devices share the host's memory, so on CPU they add up), plus a checkpoint's
+    host copy of the agents' state and `host_bytes` (the metrics history). `evaluation`: the compiled final
+    evaluation (--eval-episodes envs per agent at once), counted the same way."""
     devices = jax.local_devices()
     needs = []
-    for program in [*programs, *([evaluation] if evaluation is not None else [])]:
+    for program in [*programs, evaluation] if evaluation is not None else programs:
         stats = program.memory_analysis()
         if stats is None:
             return
         needs.append(stats.argument_size_in_bytes + stats.output_size_in_bytes - stats.alias_size_in_bytes
                      + stats.temp_size_in_bytes)
-    per_device = max(needs)
     on_cpu = devices[0].platform == "cpu"
-    need = per_device * (len(devices) if on_cpu else 1) + (state_bytes + host_bytes if on_cpu else 0)
-    free, where = available_memory(devices[0])
-    if free is None or need <= free:
-        return
+    need = max(needs) * (len(devices) if on_cpu else 1) + (state_bytes + host_bytes if on_cpu else 0)
     lower = size_flags(algorithm, config, host_bytes > state_bytes)
     if evaluation is not None and needs[-1] > max(needs[:-1], default=0):
         lower = (f"{flag('eval_episodes')} (the final evaluation plays {config.eval_episodes:,} episodes per agent at "
                  f"once), or {lower}")
-    raise ConfigError(f"the run needs about {need / 1e9:.1f} GB of memory ({state_bytes / 1e9:.1f} GB of it the "
-                      f"state of its agents) and {where} has {free / 1e9:.1f} GB available: lower {lower}")
+    _refuse_beyond_memory(need, state_bytes, "agents", lower)
+
+
+def _refuse_beyond_memory(need, state_bytes, agents, lower):
+    """ConfigError when `need` bytes exceed what this process's first device (or the host) has available."""
+    free, where = available_memory(jax.local_devices()[0])
+    if free is not None and need > free:
+        raise ConfigError(f"the run needs about {need / 1e9:.1f} GB of memory ({state_bytes / 1e9:.1f} GB of it the "
+                          f"state of its {agents}) and {where} has {free / 1e9:.1f} GB available: lower {lower}")
 
 
 def size_flags(algorithm, config, history=False) -> str:

@@ -14,14 +14,12 @@ COUNTS = ("env_steps", "episodes", "updates")  # metrics that count something, w
 
 
 class MetricsCsv:
-    """<run dir>/metrics.csv, one row per iteration and agent, appended as chunks end, once each one's checkpoint
-    is committed (harness.train.train_chunks): rows on disk never run ahead of a checkpoint. Rows go iteration by
-    iteration, so any chunking writes the same file. Its `iteration` counts from 1, as the progress lines and the
-    checkpoints (checkpoints/<iterations done>) do."""
+    """<run dir>/metrics.csv: a row per iteration (counted from 1, as checkpoints/<iterations done>) and agent, in
+    iteration order whatever the chunking; appended once a chunk's checkpoint is committed (train.train_chunks)."""
 
     def __init__(self, path, keys, seeds, history=None, make_dir=False):
-        """A new file with its header, and with the rows of `history` {key: (agents, iterations)} when resuming;
-        written to a temporary name and renamed, so a kill leaves the old file or the new one."""
+        """A new file with its header, and the rows of `history` {key: (agents, iterations)} when resuming; written
+        to a temporary name and renamed, so a kill leaves the old file or the new one."""
         self.path, self.keys, self.seeds = path, keys, seeds
         if make_dir:  # a sweep point's folder (a link planted at its name is refused)
             folder(os.path.dirname(path))
@@ -41,29 +39,19 @@ class MetricsCsv:
         columns = [np.asarray(metrics[k]).astype(np.int64) if k in COUNTS else metrics[k] for k in self.keys]
         for u in range(metrics["env_steps"].shape[1]):
             for i, seed in enumerate(self.seeds):
-                writer.writerow([seed, first + u + 1, *(c[i, u] for c in columns)])  # iterations done, 1 to N
-
-
-def describe_returns(returns):
-    """Of each agent's latest finished episodes (the progress lines carry them forward)."""
-    if np.all(np.isnan(returns)):
-        return "no episode ended yet"
-    return (f"return mean {np.nanmean(returns):8.2f}  min {np.nanmin(returns):8.2f}  "
-            f"max {np.nanmax(returns):8.2f}")
+                writer.writerow([seed, first + u + 1, *(c[i, u] for c in columns)])
 
 
 class Progress:
     """The progress lines of a run (process 0): after each piece of a chunk, a line for each iteration due (every
-    `period`) over the agents of this process, and each sweep point's metrics to its wandb run."""
+    `period`, and the last) over this process's agents, and each sweep point's metrics to its wandb run."""
 
     def __init__(self, config, points, agents, wandb_runs, keys, period):
         self.seed, self.num_seeds, self.points, self.keys = config.seed, config.num_seeds, points, keys
-        self.agents = np.sort(agents)  # the agents this process trains
-        self.period = period
-        self.last = None  # the run's last iteration: always shown (and logged), whatever the period
-        self.wandb_runs = wandb_runs  # one per sweep point, or none
+        self.agents, self.wandb_runs, self.period = np.sort(agents), wandb_runs, period  # wandb: one run per point
+        self.last = None  # the run's last iteration: always shown, whatever the period
         self.start = time.perf_counter()
-        self.start_steps = 0  # env steps per agent already done when `start` was taken (a resumed run)
+        self.start_steps = 0  # env steps per agent already done at `start` (a resumed run)
         # Per agent, the return of its latest finished episodes: a line where none ended still shows where it is.
         self.latest = np.full(len(self.agents), np.nan)
 
@@ -71,30 +59,26 @@ class Progress:
         """`rows`: the metrics of iterations start .. start + count - 1 (and unused rows after), as arrays over all
         agents split over the devices; this process reads its own shards (waiting for them)."""
         due = [i for i in range(count) if (start + i + 1) % self.period == 0 or start + i == self.last]
-        if not due:
-            return
+        # Rows of this process's agents, in ascending order; without a line due, the returns alone, carried forward.
         local = {k: np.concatenate([np.asarray(shard.data) for shard in
                                     sorted(v.addressable_shards, key=lambda shard: shard.index[0].start or 0)])
-                 for k, v in rows.items()}  # rows of this process's agents, in ascending order
-        returns = local["episode_return"][:, :count].astype(float)
-        done = 0
-        for i in due:
-            for u in range(done, i + 1):
-                self.latest = np.where(np.isnan(returns[:, u]), self.latest, returns[:, u])
-            done = i + 1
-            metrics = {k: v[:, i].astype(float) for k, v in local.items()}
-            self._emit(start + i, self.agents, {**metrics, "episode_return": self.latest.copy()})
-        for u in range(done, count):
-            self.latest = np.where(np.isnan(returns[:, u]), self.latest, returns[:, u])
+                 for k, v in rows.items() if due or k == "episode_return"}
+        for i in range(count):
+            returns = local["episode_return"][:, i].astype(float)
+            self.latest = np.where(np.isnan(returns), self.latest, returns)
+            if i in due:
+                self._emit(start + i, {**{k: v[:, i].astype(float) for k, v in local.items()},
+                                       "episode_return": self.latest.copy()})
 
-    def _emit(self, iteration, agents, metrics):
-        returns = metrics["episode_return"]
-        env_steps = int(metrics["env_steps"][0])
+    def _emit(self, iteration, metrics):
+        agents, returns, env_steps = self.agents, metrics["episode_return"], int(metrics["env_steps"][0])
         sps = (env_steps - self.start_steps) * len(agents) / (time.perf_counter() - self.start)
         line = f"iteration {iteration + 1:6d}  env_steps {env_steps:10d}"
         if "updates" in metrics:
             line += f"  updates {int(metrics['updates'][0]):9d}"
-        line += f"  sps {sps:10.0f}  {describe_returns(returns)}"
+        line += f"  sps {sps:10.0f}  " + ("no episode ended yet" if np.all(np.isnan(returns)) else
+                                          f"return mean {np.nanmean(returns):8.2f}  min {np.nanmin(returns):8.2f}  "
+                                          f"max {np.nanmax(returns):8.2f}")
         point = agents // self.num_seeds
         if len(self.points) > 1:
             line += "  by point: " + " ".join(f"{nanmean(returns[point == p]):.1f}" for p in range(len(self.points)))
@@ -105,14 +89,13 @@ class Progress:
             mine = point == p
             if wandb_run is None or not mine.any():
                 continue
-            log = {"sps": sps * mine.sum() / len(agents)}
-            for key in self.keys[1:]:
-                log[f"{key}/mean"] = nanmean(metrics[key][mine])
-            point_returns = returns[mine]
-            log["episode_return/min"] = np.nan if np.all(np.isnan(point_returns)) else np.nanmin(point_returns)
-            log["episode_return/max"] = np.nan if np.all(np.isnan(point_returns)) else np.nanmax(point_returns)
-            log.update({f"episode_return/seed_{self.seed + a % self.num_seeds}": float(r)
-                        for a, r in zip(agents[mine], point_returns, strict=True)})
+            point_returns, none = returns[mine], np.all(np.isnan(returns[mine]))
+            log = {"sps": sps * mine.sum() / len(agents),
+                   **{f"{key}/mean": nanmean(metrics[key][mine]) for key in self.keys[1:]},
+                   "episode_return/min": np.nan if none else np.nanmin(point_returns),
+                   "episode_return/max": np.nan if none else np.nanmax(point_returns),
+                   **{f"episode_return/seed_{self.seed + a % self.num_seeds}": float(r)
+                      for a, r in zip(agents[mine], point_returns, strict=True)}}
             safe_wandb(wandb_run.log, log, step=env_steps)
 
 

@@ -1,16 +1,17 @@
-"""The figures of a run: learning_curve.png (the IQM over seeds of each seed's latest episode return, carried
-forward, with its 95% band) and with --sweep learning_curves.png (every point on one axes). Written as
-`harness.files.save_figure` writes."""
+"""The figures of a run: learning_curve.png (each seed's latest episode return carried forward, their mean over seeds
+with its 95% band) and with --sweep learning_curves.png (every point on one axes), saved by `files.save_figure`."""
 
 import numpy as np
 
 from scanrl.harness.files import save_figure
 from scanrl.harness.metrics import plural
 
+CARRIED_NOTE = "each seed's value at a step: that of its latest finished episodes"
+
 
 def carry_forward(values):
-    """(agents, iterations) with NaN where nothing was measured -> each row's last measured value so far (NaN
-    before its first)."""
+    """(agents, iterations), NaN where nothing was measured -> each row's last measured value so far (NaN before its
+    first)."""
     values = np.asarray(values, dtype=float)
     index = np.where(np.isnan(values), 0, np.arange(values.shape[1]))
     np.maximum.accumulate(index, axis=1, out=index)
@@ -18,16 +19,15 @@ def carry_forward(values):
 
 
 def carried_returns(metrics, key="episode_return"):
-    """Per agent and iteration, the return of its latest finished episodes (carried forward from the iteration
-    they ended in), restricted to the agents with any; None if no agent finished an episode."""
+    """carry_forward of `metrics[key]`, only the agents that finished an episode; None if none did."""
     carried = carry_forward(metrics[key])
     covered = ~np.all(np.isnan(carried), axis=1)
     return carried[covered] if covered.any() else None
 
 
 def mean_band(carried):
-    """-> (first iteration every agent of `carried` has a value, then from there on: the mean over agents, the
-    half-width of its 95% confidence interval (Student's t over the agents), min and max)."""
+    """-> (first iteration where every agent has a value; then from there on: the mean over agents, the half-width of
+    its 95% confidence interval (Student's t), the min and the max)."""
     start = int(np.argmax(~np.isnan(carried).any(axis=0)))
     tail, n = carried[:, start:], len(carried)
     half = np.zeros(tail.shape[1])
@@ -39,7 +39,7 @@ def mean_band(carried):
 
 
 def shared_ylim(curves):
-    """One y-range for every sweep point's plot, with a margin; None if no point has a finished episode."""
+    """One y-range, with a margin, for every sweep point's plot; None if no point has a finished episode."""
     if not curves:
         return None
     low, high = min(np.nanmin(c) for c in curves), max(np.nanmax(c) for c in curves)
@@ -56,9 +56,9 @@ def _pyplot():
     return plt
 
 
-def _plot_carried(ax, steps, carried, label, num_agents, color=None, full=True):
-    """The mean over agents of their carried-forward curves, the 95% interval of that mean and (`full`) the
-    min-max range; each agent's own curve too where there are few. -> the mean's line."""
+def _plot_carried(ax, steps, carried, num_agents, label="", color=None, full=True):
+    """The mean of the carried-forward curves, its 95% interval and (`full`) the min-max range; each agent's own
+    curve too where there are few."""
     start, mean, half, low, high = mean_band(carried)
     covered, x = len(carried), steps[start:]
     if full and 1 < covered <= 10:
@@ -72,12 +72,10 @@ def _plot_carried(ax, steps, carried, label, num_agents, color=None, full=True):
                       label=f"{label}mean over {over}" if covered > 1 else f"{label}{over}")
     if covered > 1:
         ax.fill_between(x, np.maximum(mean - half, low), np.minimum(mean + half, high), color=line.get_color(),
-                        alpha=0.3, step="post",
-                        label=f"{label}95% interval of the mean" if full else None)
+                        alpha=0.3, step="post", label=f"{label}95% interval of the mean" if full else None)
         if full:
             ax.fill_between(x, low, high, color=line.get_color(), alpha=0.1, step="post",
                             label="min to max over seeds")
-    return line
 
 
 def _no_episodes(ax, steps):
@@ -87,10 +85,8 @@ def _no_episodes(ax, steps):
 
 
 def plot_learning_curve(path, metrics, title, ylim=None):
-    """Episode return against env steps: each seed's return carried forward from its latest finished episodes
-    (so a row where none of its episodes ended is no gap), the mean over the seeds that finished any and their
-    min-max band. A second panel shows the episode length where it tells something the return does not (a
-    constant-reward goal env, GridWorld-v0). -> path."""
+    """Episode return (carried forward: no gaps) against env steps over the seeds that finished any episode; a second
+    panel for the episode length where it tells what the return does not (a constant-reward goal env). -> path."""
     plt = _pyplot()
     steps = np.asarray(metrics["env_steps"][0], dtype=float)
     returns = carried_returns(metrics)
@@ -103,22 +99,21 @@ def plot_learning_curve(path, metrics, title, ylim=None):
     if returns is None:
         _no_episodes(ax, steps)
     else:
-        _plot_carried(ax, steps, returns, "", len(metrics["episode_return"]))
+        _plot_carried(ax, steps, returns, len(metrics["episode_return"]))
         ax.legend(loc="best", fontsize=8)
     if ylim is not None:
         ax.set_ylim(*ylim)
     ax.set_ylabel("episode return")
     ax.set_title(title)
     if with_length:
-        _plot_carried(axes[1, 0], steps, lengths, "", len(metrics["episode_return"]))
+        _plot_carried(axes[1, 0], steps, lengths, len(metrics["episode_return"]))
         axes[1, 0].set_ylabel("episode length")
     axes[-1, 0].set_xlabel(f"env steps per agent ({CARRIED_NOTE})", fontsize=8)
     return save_figure(fig, path)
 
 
 def plot_sweep(path, steps, curves, labels, title, num_seeds):
-    """Every sweep point's mean return (carried forward, as plot_learning_curve) and min-max band on one set of
-    axes. -> path."""
+    """Every sweep point's carried-forward mean return and its 95% band on one axes. -> path."""
     plt = _pyplot()
     steps = np.asarray(steps, dtype=float)
     fig, ax = plt.subplots(figsize=(8, 4.5))
@@ -128,7 +123,7 @@ def plot_sweep(path, steps, curves, labels, title, num_seeds):
         if carried is None:
             ax.plot([], [], color=color, label=f"{label}: no episode ended")
         else:
-            _plot_carried(ax, steps, carried, f"{label}: ", num_seeds, color=color, full=False)
+            _plot_carried(ax, steps, carried, num_seeds, f"{label}: ", color, full=False)
     if all(c is None for c in curves):
         _no_episodes(ax, steps)
     ax.set_xlabel(f"env steps per agent ({CARRIED_NOTE}; bands: 95% interval of the mean)", fontsize=8)
@@ -136,6 +131,3 @@ def plot_sweep(path, steps, curves, labels, title, num_seeds):
     ax.set_title(title)
     ax.legend(loc="best", fontsize=7)
     return save_figure(fig, path)
-
-
-CARRIED_NOTE = "each seed's value at a step: that of its latest finished episodes"

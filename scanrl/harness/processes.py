@@ -14,21 +14,28 @@ import jax
 
 from scanrl.harness.jax_private import coordination_client
 
+# Set by start_processes; "timeout" (--distributed-timeout) is how long a collective waits for its peers.
+PEERS = {"timeout": None, "process_id": 0, "num_processes": 1}
+_collectives = itertools.count()
+
+
+def _exit_1(line):
+    """Prints `line` and exits 1 at once: a normal exit would wait in JAX's shutdown barrier for dead peers and end
+    in a C++ stack dump."""
+    print(line, file=sys.stderr, flush=True)
+    os._exit(1)
+
 
 def start_processes(argv=None):
-    """Joins a multi-process run (--coordinator-address, --num-processes, --process-id: every process gets the same
-    flags but its own id) through `jax.distributed.initialize`, which must come before anything makes a JAX
-    backend; scripts call this before `import envs` (gymnax makes one at import). Only these three flags are read
-    here; incomplete or bad ones are left to the config check, which names them.
-
-    If the processes have not all joined within --distributed-timeout seconds, this one exits 1 with one line:
-    JAX's own timeout ends the process with a C++ stack dump (after 300 s by default), so a watchdog ends it first.
-    """
+    """Joins a multi-process run (--coordinator-address, --num-processes, --process-id) through
+    `jax.distributed.initialize`, which must come before anything makes a JAX backend (scripts call this before
+    `import envs`: gymnax makes one at import). Bad or incomplete flags are left to the config check, which names
+    them. Peers that do not join within --distributed-timeout end this process with one line, before JAX's own
+    timeout (300 s) ends it with a C++ stack dump."""
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    parser.add_argument("--coordinator-address", "--coordinator_address", default=None)
-    parser.add_argument("--num-processes", "--num_processes", default="1")
-    parser.add_argument("--process-id", "--process_id", default="0")
-    parser.add_argument("--distributed-timeout", "--distributed_timeout", default="60")
+    for name, default in (("coordinator-address", None), ("num-processes", "1"), ("process-id", "0"),
+                          ("distributed-timeout", "60")):
+        parser.add_argument(f"--{name}", f"--{name.replace('-', '_')}", default=default)
     flags, _ = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     try:
         num_processes, process_id = int(flags.num_processes), int(flags.process_id)
@@ -39,14 +46,9 @@ def start_processes(argv=None):
         return
     waiting_for = (f"the other {num_processes - 1} process(es)" if process_id == 0
                    else f"process 0 (the coordinator) at {flags.coordinator_address}, or the others")
-
-    def give_up():
-        print(f"error: process {process_id} of {num_processes}: {waiting_for} did not join within {timeout} s "
-              "(--distributed-timeout); start every process with the same flags and its own --process-id",
-              file=sys.stderr, flush=True)
-        os._exit(1)
-
-    watchdog = threading.Timer(timeout, give_up)
+    watchdog = threading.Timer(timeout, _exit_1, [
+        f"error: process {process_id} of {num_processes}: {waiting_for} did not join within {timeout} s "
+        "(--distributed-timeout); start every process with the same flags and its own --process-id"])
     watchdog.daemon = True
     watchdog.start()
     try:
@@ -59,8 +61,8 @@ def start_processes(argv=None):
 
 
 def _beat(process_id, every):
-    """This process's heartbeat for its peers' watchdogs: a counter in the coordination service's key-value
-    store, raised every `every` seconds while the process lives."""
+    """This process's heartbeat for its peers' watchdogs: a counter in the coordination service's key-value store,
+    raised every `every` seconds while the process lives."""
     client = coordination_client()
     for beat in itertools.count():
         try:
@@ -70,26 +72,17 @@ def _beat(process_id, every):
         time.sleep(every)
 
 
-# A multi-process run's --distributed-timeout, set by start_processes: how long a collective waits for its peers.
-PEERS = {"timeout": None, "process_id": 0, "num_processes": 1}
-
-
-_collectives = itertools.count()
-
-
 @contextlib.contextmanager
 def peers_within_timeout(what):
-    """Around this process's part of a collective (`what`: where in the run): if some peers have not reached it
-    within --distributed-timeout seconds, they died or hang, and this process exits 1 with one line naming them,
-    before JAX's own heartbeat timeout ends it with a C++ stack dump. Each process marks its arrival in the
-    coordination service's key-value store, which tells the missing ones apart; once all have arrived, it waits
-    as long as the collective takes."""
-    if jax.process_count() == 1 or PEERS["timeout"] is None:
+    """Around this process's part of a collective (`what`: where in the run): peers whose heartbeat stood still, or
+    that have not reached it, for --distributed-timeout seconds died or hang, and this process exits 1 naming them.
+    Arrival marks in the coordination service's key-value store tell them apart; once all have arrived (a slow
+    disk, say), it waits as long as the collective takes."""
+    if PEERS["timeout"] is None:
         yield
         return
     client, number = coordination_client(), next(_collectives)
-    me, timeout = PEERS["process_id"], PEERS["timeout"]
-    count = PEERS["num_processes"]
+    me, timeout, count = PEERS["process_id"], PEERS["timeout"], PEERS["num_processes"]
 
     def read(key):
         try:
@@ -98,9 +91,6 @@ def peers_within_timeout(what):
             return None
 
     def watch():
-        """Every few seconds: a peer whose heartbeat stood still for --distributed-timeout seconds died; one that
-        has not reached this collective within that time died or hangs. All alive and arrived (a slow disk,
-        say): wait on."""
         beats, since, start = {}, {}, time.monotonic()
         while not done.wait(min(5.0, timeout / 4)):
             now = time.monotonic()
@@ -117,10 +107,8 @@ def peers_within_timeout(what):
                 exit_for_lost_peers(what, dead or late, f"{'no heartbeat' if dead else 'not there'} for {timeout} s, "
                                                         "--distributed-timeout")
 
-    try:
+    with contextlib.suppress(Exception):
         client.key_value_set(f"scanrl/{number}/{me}", "1")
-    except Exception:
-        pass
     done = threading.Event()
     threading.Thread(target=watch, daemon=True).start()
     try:
@@ -129,40 +117,40 @@ def peers_within_timeout(what):
         done.set()
 
 
-def peer_failure(error) -> bool:
-    """Whether an error of a multi-process run says a peer process is gone (a collective's connection reset, the
-    coordination service's heartbeat timeout)."""
-    text = str(error)
-    return jax.process_count() > 1 and any(sign in text for sign in (
-        "Gloo", "Connection reset", "heartbeat", "UNAVAILABLE", "coordination service"))
-
-
 @contextlib.contextmanager
 def exit_on_lost_peers(what="the end of a chunk"):
-    """An error that says a peer process is gone (from a collective, orbax's included) ends this process with
-    `exit_for_lost_peers`; other errors pass."""
+    """An error that says a peer process is gone (a collective's connection reset, the coordination service's
+    heartbeat timeout; orbax's included) ends this process with `exit_for_lost_peers`; other errors pass."""
     try:
         yield
     except Exception as error:
-        if peer_failure(error):
+        if any(sign in str(error) for sign in ("Gloo", "Connection reset", "heartbeat", "UNAVAILABLE",
+                                               "coordination service")):
             exit_for_lost_peers(what, cause=str(error))
         raise
 
 
 def exit_for_lost_peers(what, missing=None, cause=""):
-    """One line naming the processes of the run that are gone (`missing`; else those the coordination service no
-    longer counts live), then exit 1 at once: a normal exit would wait in JAX's shutdown barrier for the dead
-    peers and end in a C++ stack dump."""
+    """Exits 1 with one line naming the processes that are gone (`missing`; else those whose heartbeat stood still
+    over two of its periods: JAX's `get_live_nodes` waits like a barrier, up to its own 100 s heartbeat timeout,
+    which then aborts the process)."""
     me, count = PEERS["process_id"], PEERS["num_processes"]
     if missing is None:
-        try:
-            live = coordination_client().get_live_nodes(list(range(count)))
-            missing = [p for p in range(count) if p not in live]
-        except Exception:
-            missing = []
+        client, every = coordination_client(), min(5.0, (PEERS["timeout"] or 20) / 4)
+
+        def beats():
+            read = {}
+            for p in range(count):
+                with contextlib.suppress(Exception):
+                    read[p] = client.key_value_try_get(f"scanrl/alive/{p}")
+            return read
+
+        before = beats()
+        time.sleep(2 * every)
+        after = beats()
+        missing = ([p for p in range(count) if p != me and after.get(p) == before.get(p)] if after
+                   else [p for p in (0,) if p != me])  # no store: it went with process 0
     who = f"process(es) {', '.join(map(str, missing))}" if missing else "another process"
-    cause = cause.strip().splitlines()[0][:200] if cause else ""
-    print(f"error: process {me} of {count}: {who} did not reach {what}{f' ({cause})' if cause else ''}: they died "
-          "or hang; restart every process with --resume <run dir> to go on from the last checkpoint",
-          file=sys.stderr, flush=True)
-    os._exit(1)
+    cause = f" ({cause.strip().splitlines()[0][:200]})" if cause.strip() else ""
+    _exit_1(f"error: process {me} of {count}: {who} did not reach {what}{cause}: they died or hang; restart every "
+            "process with --resume <run dir> to go on from the last checkpoint")

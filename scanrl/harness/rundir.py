@@ -1,6 +1,6 @@
-"""The run directory: <out-dir>/<run-name>/ claimed exclusively by a new run (its config.json written first) or
-taken over by --resume, owned (`files.RunLock`) until the run ends; its sweep points' folders, its metrics.csv files
-and its wandb runs. Only process 0 writes."""
+"""The run directory: <out-dir>/<run-name>/ claimed by a new run (config.json written first, exclusively) or taken
+over by --resume, owned (`files.RunLock`) until the run ends; its sweep points' folders, metrics.csv files and wandb
+runs. Only process 0 writes."""
 
 import dataclasses
 import json
@@ -19,8 +19,7 @@ from scanrl.harness.tracking import finish_wandb, start_wandb
 
 
 class RunDirectory:
-    """<out-dir>/<run-name>/ of a new run (claimed, config.json written) or of a resumed one, its sweep points'
-    directories and their wandb runs."""
+    """<out-dir>/<run-name>/ of a new or resumed run, its sweep points' directories and their wandb runs."""
 
     def __init__(self, algorithm, config, points, lead):
         self.name, self.config, self.points, self.lead = algorithm.name, config, points, lead
@@ -28,8 +27,7 @@ class RunDirectory:
             self.path = os.path.realpath(config.resume)  # reached through a link, as it is: its files' folder is none
             self.run_name = os.path.basename(os.path.normpath(self.path))
         else:
-            # Brax ids hold a '/' (and maybe a ':'); neither belongs in a directory name. The random suffix keeps
-            # the default names of jobs started in the same second apart; every process gets process 0's name.
+            # Brax ids hold '/' and ':'. The suffix parts jobs started in the same second; all take process 0's name.
             env_name = config.env.replace("/", "-").replace(":", "-")
             stamp, suffix = broadcast(int(time.time())), broadcast(int.from_bytes(os.urandom(3), "big"))
             self.run_name = config.run_name or f"{env_name}__{self.name}__{config.seed}__{stamp}_{suffix:06x}"
@@ -38,8 +36,7 @@ class RunDirectory:
                                                       "resume": None}) if lead else ""
             if broadcast(len(claimed)):  # process 0 could not claim it: every process stops
                 raise ConfigError(claimed or f"run directory {self.path} could not be claimed by process 0")
-            # Owned from here to the end of the run (a --resume of it meanwhile is refused); --resume's own lock is
-            # taken by `harness.main` before it reads the run's config.
+            # Owned to the end of the run; --resume's lock is taken by `harness.main`, before it reads the config.
             self.lock = RunLock(self.path, "the new run") if lead else None
         self.sweep = len(points) > 1
         self.point_dirs = [os.path.join(self.path, point_label(p)) if self.sweep else self.path for p in points]
@@ -48,19 +45,18 @@ class RunDirectory:
     lock = None
 
     def release(self):
-        """Gives up the ownership of a new run's directory (the end of the run)."""
+        """Gives up a new run's directory (the end of the run)."""
         if self.lock is not None:
             self.lock.release()
 
     def give_up(self):
-        """A new run that cannot go on before it started (it does not fit in memory): its directory goes."""
+        """A new run that cannot start (it does not fit in memory) leaves no directory."""
         if self.lead and self.config.resume is None:
             self.release()
             shutil.rmtree(self.path, ignore_errors=True)
 
     def start_wandb(self):
-        """One wandb run per sweep point (--track, process 0); once one could not start, the others do not try
-        (and wait) again."""
+        """One wandb run per sweep point (--track, process 0); once one could not start, the others do not try."""
         config = self.config
         if not (config.track and self.lead):
             return
@@ -73,8 +69,8 @@ class RunDirectory:
                 (config.wandb_group or self.run_name) if self.sweep else config.wandb_group, p))
 
     def open_metrics(self, keys, history=None):
-        """Starts each point's metrics.csv; a resumed run's is rebuilt from `history`, the metrics its checkpoint
-        holds, whatever state the file was left in (cut short, deleted, holding rows past the checkpoint)."""
+        """Starts each point's metrics.csv; a resumed run's is rebuilt from `history` (its checkpoint's metrics),
+        whatever state the file was left in."""
         self.metrics_csvs = [MetricsCsv(os.path.join(d, "metrics.csv"), keys, self.seeds(),
                                         None if history is None else point_rows(history, p, self.config.num_seeds),
                                         make_dir=self.sweep)
@@ -95,8 +91,8 @@ class RunDirectory:
 
 
 def claim_run_directory(path, config_json) -> str:
-    """Creates the run directory `path` (an existing empty one will do) and its config.json, exclusively: of two
-    runs started at once with one name, exactly one gets it. -> "" if claimed, else the error line."""
+    """Creates the run directory `path` (or takes an empty one) and its config.json, exclusively: of two runs started
+    at once with one name, one gets it. -> "" if claimed, else the error line."""
     try:
         os.makedirs(path, exist_ok=True)
         if os.listdir(path):
@@ -111,9 +107,7 @@ def claim_run_directory(path, config_json) -> str:
 
 
 def write_json(path, value):
-    """Written to a temporary name and renamed: a kill or a full disk leaves the old file or the new one. NaN and
-    infinities are written as null: JSON has no such numbers (a literal NaN makes the file unreadable to strict
-    parsers)."""
+    """`value` as JSON at `path` (through `files.replaced`), NaN and infinities as null (strict parsers refuse NaN)."""
     with replaced(path) as f:
         json.dump(json_safe(value), f, indent=2, allow_nan=False)
 

@@ -10,56 +10,50 @@ import numpy as np
 
 
 class RunStopped(Exception):
-    """A run ended before its last chunk, its metrics and last good checkpoint written: `harness.main` prints the
-    message and exits with `code`. `abandon`: background writers (orbax's) may still hold failed writes, so a
-    command-line run ends at once rather than wait for them (their tracebacks would follow the message)."""
+    """A run ended before its last chunk: `harness.main` prints the message and exits with `code`. `abandon`: orbax's
+    background writers may still hold failed writes, so a command-line run ends at once rather than wait for them
+    (their tracebacks would follow the message)."""
 
     def __init__(self, message, code, abandon=False):
         super().__init__(message)
         self.code, self.abandon = code, abandon
 
 
-def all_finite(tree):
-    """True if no leaf of `tree` holds a NaN or an infinity (computed in the jit; the host reads it per chunk)."""
-    leaves = [x for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
-    return jnp.all(jnp.stack([jnp.isfinite(x).all() for x in leaves])) if leaves else jnp.bool_(True)
-
-
 def learned_finite(runner):
-    """True if no flax `TrainState` in `runner` (parameters and optimizer state) holds a NaN or an infinity; in a
-    runner that holds none (a Q-table), no float of the runner. Env states and replay buffers are not read: they may
-    hold infinities by design, and a buffer is large."""
+    """In the jit: True if no flax `TrainState` in `runner` (else, as in a Q-table, no float of it) holds a NaN or an
+    infinity. Env states and replay buffers are not read: they may hold infinities by design, and a buffer is large."""
     from flax.training.train_state import TrainState
 
-    states = [x for x in jax.tree.leaves(runner, is_leaf=lambda x: isinstance(x, TrainState))
+    states = [(x.params, x.opt_state) for x in jax.tree.leaves(runner, is_leaf=lambda x: isinstance(x, TrainState))
               if isinstance(x, TrainState)]
-    return all_finite([(s.params, s.opt_state) for s in states] if states else runner)
+    leaves = [x for x in jax.tree.leaves(states or runner) if jnp.issubdtype(x.dtype, jnp.inexact)]
+    return jnp.array([jnp.isfinite(x).all() for x in leaves], bool).all()
 
 
 def write_failed(error: OSError, script, run_dir):
-    """RunStopped (exit 1) for a write that failed (disk full, read-only, ...): one line naming the file and the
-    cause, and how to go on; --resume starts from the newest intact checkpoint and rebuilds metrics.csv."""
+    """RunStopped (exit 1) for a failed write (disk full, read-only, ...): one line naming the file, the cause and
+    how to go on (--resume starts from the newest intact checkpoint and rebuilds metrics.csv)."""
     where = f" {error.filename}" if error.filename else ""
     return RunStopped(f"error: cannot write{where}: {error.strerror or error}; training stopped, the checkpoints "
                       f"written so far are kept; make room (or fix permissions), then continue with: python {script} "
                       f"--resume {shlex.quote(run_dir)}", 1, abandon=True)
 
 
-def nonfinite_stop(names, first, flags, last_good, hint):
-    """RunStopped (exit 1) naming the agents and the first iteration whose `nonfinite` flag is set."""
-    rows, iterations = np.nonzero(flags)
-    agents = sorted(set(rows.tolist()))
+def nonfinite_stop(names, start, flags, hint):
+    """RunStopped (exit 1) naming the agents whose `nonfinite` flags (iterations after `start`, the last checkpoint)
+    are set, and the first such iteration."""
+    agents = np.flatnonzero(flags.any(axis=1)).tolist()
     bad = ", ".join(str(names[i]) for i in agents[:8]) + (f" and {len(agents) - 8} more" if len(agents) > 8 else "")
-    kept = f"the last good checkpoint is at iteration {last_good}" if last_good else "no checkpoint was written"
+    kept = f"the last good checkpoint is at iteration {start}" if start else "no checkpoint was written"
     return RunStopped(f"error: non-finite loss or parameters in seed(s) {bad}, first at iteration "
-                      f"{first + iterations.min() + 1} (metrics.csv's numbering); training stopped, {kept}. "
-                      f"{hint[0].upper()}{hint[1:]}", 1)
+                      f"{start + flags.any(axis=0).argmax() + 1} (metrics.csv's numbering); training stopped, {kept}. "
+                      f"{hint}", 1)
 
 
 class StopRequest:
-    """SIGINT (Ctrl-C) or SIGTERM during compilation or training is remembered and acted on when compilation ends,
-    or where the iterations under way end (a chunk's end in a multi-process run), with a checkpoint; a second one
-    stops at once. A context manager: the previous handlers come back on exit."""
+    """A context manager: SIGINT (Ctrl-C) or SIGTERM is remembered, to stop once compilation or the iterations under
+    way end (a chunk's end in a multi-process run), with a checkpoint; a second one stops at once. The previous
+    handlers come back on exit."""
 
     def __enter__(self):
         self.signal = None
@@ -71,7 +65,7 @@ class StopRequest:
             signal.signal(s, handler)
 
     def _handle(self, signum, frame):
-        if self.signal is not None:  # the second: at once, one line (it was a KeyboardInterrupt traceback)
+        if self.signal is not None:
             self.__exit__()
             raise RunStopped(f"{signal.Signals(signum).name} again: stopped at once; the checkpoints written so far "
                              "are kept, with their rows in metrics.csv: --resume goes on from the last one",

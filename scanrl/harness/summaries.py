@@ -14,9 +14,8 @@ from scanrl.harness.sweeps import point_label, point_rows
 
 
 def write_summaries(run_dir, algorithm, history, eval_returns, runner, extra):
-    """Per point: learning_curve.png, summary.json and the algorithm's own outputs (`write_outputs`, from the
-    point's agents' rows of `runner`, on the host); with --sweep the run's summary.json ranks the points.
-    Prints the report and ends the wandb runs. `run_dir`: the run's `RunDirectory`."""
+    """Every output of a finished run (`run_dir`: its `RunDirectory`), the report printed, the wandb runs ended.
+    `runner`: on the host where the algorithm has `write_outputs`."""
     config, points = run_dir.config, run_dir.points
     title = f"{run_dir.name} on {config.env}"
     ylim = None
@@ -26,15 +25,9 @@ def write_summaries(run_dir, algorithm, history, eval_returns, runner, extra):
         ylim = shared_ylim([c for c in curves if c is not None])
         plot_sweep(os.path.join(run_dir.path, "learning_curves.png"), history["env_steps"][0], curves,
                    [point_label(p) for p in points], f"{title}: {len(points)} sweep points", config.num_seeds)
-    summaries, images = [], []
-    runner = runner if algorithm.write_outputs is not None else None  # on the host only for its outputs
-    for p, point in enumerate(points):
-        if run_dir.sweep:
-            print(f"-- point {p}: {point_label(point)}")
-        summary, point_images = point_summary(run_dir, algorithm, p, point_rows((history, eval_returns, runner), p,
-                                                                                config.num_seeds), extra, title, ylim)
-        summaries.append(summary)
-        images.append(point_images)
+    runner = runner if algorithm.write_outputs is not None else None
+    summaries, images = zip(*(point_summary(run_dir, algorithm, p, (history, eval_returns, runner), extra, title, ylim)
+                              for p in range(len(points))), strict=True)
     if run_dir.sweep:
         rank_points(run_dir, summaries, extra)
     print(f"written to {run_dir.path}\n{'=' * 72}")
@@ -42,18 +35,20 @@ def write_summaries(run_dir, algorithm, history, eval_returns, runner, extra):
 
 
 def point_summary(run_dir, algorithm, p, rows, extra, title, ylim):
-    """Sweep point p's plot, report lines, outputs and summary.json, from `rows`: its agents' (metrics, eval
+    """Sweep point p's plot, report lines, outputs and summary.json, from its agents' rows of `rows` (metrics, eval
     returns, runner). -> (its summary, its images)."""
     config, point, point_dir = run_dir.config, run_dir.points[p], run_dir.point_dirs[p]
-    metrics, returns, runner = rows
+    metrics, returns, runner = point_rows(rows, p, config.num_seeds)
     seeds = run_dir.seeds()
+    if run_dir.sweep:
+        print(f"-- point {p}: {point_label(point)}")
     images = [plot_learning_curve(os.path.join(point_dir, "learning_curve.png"), metrics,
                                   f"{title}, {point_label(point)}" if run_dir.sweep else title, ylim)]
     final, fallback = final_returns(metrics, with_fallback=True)
     summary = {"algo": run_dir.name, "env": config.env, "num_seeds": config.num_seeds, "seeds": seeds,
                "total_timesteps": config.total_timesteps, "env_steps": int(metrics["env_steps"][0, -1]),
                **extra, "sweep_point": point or None,
-               # a count a swept field may change (td3's learning_starts): the point's own
+               # the point's own count: a swept field may change it (td3's learning_starts)
                **({"updates": int(metrics["updates"][0, -1])} if "updates" in metrics else {}),
                "final_return": to_json(final), "eval_return": to_json(returns),
                # over seeds, as rliable reports them: IQM with its 95% stratified-bootstrap interval
@@ -83,9 +78,8 @@ def point_summary(run_dir, algorithm, p, rows, extra, title, ylim):
 
 
 def rank_points(run_dir, summaries, extra):
-    """The run's summary.json of a sweep, ranking its points, and the ranking's report line. The deterministic
-    policy's return on fresh episodes is what a point delivers; the training return (exploring, and averaged over
-    the last 10%) ranks only where no point has an eval return."""
+    """A sweep's summary.json, ranking its points, and the ranking's report line. The deterministic policy's return
+    on fresh episodes is what a point delivers; the training return (exploring) ranks only where no point has one."""
     config, points = run_dir.config, run_dir.points
     by = "eval_return" if any(np.isfinite(nanmean(s["eval_return"])) for s in summaries) else "final_return"
     means = [np.nan if s["diverged_at_iteration"] else nanmean(s[by]) for s in summaries]
@@ -107,16 +101,13 @@ def rank_points(run_dir, summaries, extra):
 
 
 def final_returns(metrics, with_fallback=False):
-    """Per agent: mean return of the episodes that ended in the last 10% of iterations. An agent none of whose
-    episodes ended there (long episodes, a short run) gets its last finished episodes' return instead, NaN if it
-    finished none; `with_fallback` -> (returns, which agents fell back)."""
+    """Per agent: the mean return of the episodes that ended in the last 10% of iterations, else (long episodes, a
+    short run) its last finished episodes' return, NaN if none; `with_fallback` -> (returns, which agents fell back)."""
     num_iterations = metrics["episodes"].shape[1]
     tail = slice(num_iterations - max(1, num_iterations // 10), None)
     episodes = np.nan_to_num(np.asarray(metrics["episodes"][:, tail], dtype=float))
-    total = np.nansum(metrics["episode_return"][:, tail] * episodes, axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        final = total / episodes.sum(axis=1)
+        final = np.nansum(metrics["episode_return"][:, tail] * episodes, axis=1) / episodes.sum(axis=1)
     fallback = episodes.sum(axis=1) == 0
-    if fallback.any():
-        final = np.where(fallback, carry_forward(metrics["episode_return"])[:, -1], final)
+    final = np.where(fallback, carry_forward(metrics["episode_return"])[:, -1], final)
     return (final, fallback) if with_fallback else final

@@ -6,21 +6,15 @@ import dataclasses
 import itertools
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from scanrl.harness import jax_private
-from scanrl.harness.flags import MAX_COUNT, ConfigError, flag, require_finite
-
-# Short names --sweep accepts for fields.
-ALIASES = {"lr": "learning_rate"}
+from scanrl.harness.flags import MAX_COUNT, ConfigError, Flags, flag, require_finite
 
 
 def sweepable_fields(config) -> tuple[str, ...]:
-    """The fields --sweep may vary: the script's own numeric fields (not booleans, not the shared flags). Whether
-    the compiled program can take one value per agent of each is known only when it is traced (`check_swept`)."""
-    from scanrl.harness.flags import Flags
-
+    """The fields --sweep may vary: the script's own numeric fields (not booleans, not the shared flags); whether the
+    program can take one value per agent of each is known only when traced (`check_swept`)."""
     shared = {f.name for f in dataclasses.fields(Flags)}
     return tuple(f.name for f in dataclasses.fields(config) if f.name not in shared
                  and type(getattr(config, f.name)) in (int, float))
@@ -34,7 +28,7 @@ def sweep_points(algorithm, config) -> list[dict]:
     for spec in config.sweep:
         name, sep, values = spec.partition("=")
         name = name.strip().replace("-", "_")
-        name = ALIASES.get(name, name)
+        name = {"lr": "learning_rate"}.get(name, name)  # --sweep's short names
         if not sep or not name or not values.strip():
             raise ConfigError(f"--sweep {spec!r} is malformed; write field=v1,v2,... (e.g. --sweep lr=1e-3,3e-4)")
         if name in ("seed", "num_seeds"):
@@ -72,8 +66,8 @@ def point_label(point: dict) -> str:
 
 
 def sweep_overrides(algorithm, config, points) -> list[str]:
-    """A note for each swept field whose own flag was set too (its value is not the default): the sweep's values
-    replace it, which the run says rather than silently drop the flag."""
+    """A note for each swept field whose own flag was set too (not the default): the run says the sweep's values
+    replace it rather than silently drop the flag."""
     if not config.sweep:
         return []
     defaults = algorithm.config(env=config.env)  # a default may depend on the env (dqn_tabular_q's learner)
@@ -83,7 +77,7 @@ def sweep_overrides(algorithm, config, points) -> list[str]:
 
 
 def check_sweep_points(algorithm, config, points):
-    """Every sweep value must be one the algorithm accepts on its own."""
+    """ConfigError naming the point unless the algorithm accepts each sweep point's values on their own."""
     if not config.sweep:
         return
     for point in points:
@@ -107,8 +101,8 @@ def swept_values(config, points) -> dict:
 
 
 def probe_program(algorithm, config, name):
-    """`program(value)`: one agent's init, two iterations of training and its evaluation with `value` as its swept
-    `name`: what the iterations report and the trained policy's returns (`check_swept` and the contract trace it)."""
+    """`program(value)`: one agent's init, two iterations and evaluation with `value` as its swept `name` -> the
+    iterations' metrics and the trained policy's returns (traced by `check_swept` and the contract)."""
     from scanrl.harness.evaluation import make_evaluate
 
     parts, key = agent_parts(algorithm, config), jax.random.PRNGKey(0)
@@ -122,12 +116,9 @@ def probe_program(algorithm, config, name):
 
 
 def check_swept(algorithm, config, points):
-    """ConfigError naming the field, before anything is compiled or written, for a swept field the compiled program
-    cannot take one value per agent of (it sets a shape, a loop length or a Python branch), and for one whose value
-    changes nothing the program computes: every point would train alike (e.g. a fork's new field that its code
-    does not use, or a field of a part the config switches off)."""
-    if not config.sweep:
-        return
+    """ConfigError naming the field, before anything is compiled or written, for a swept field the program cannot
+    take one value per agent of (a shape, a loop length, a Python branch), and for one that changes nothing it
+    computes, so every point would train alike (a fork's unused new field, a field of a part switched off)."""
     for name in points[0]:
         try:
             reads = jax_private.reads_its_input(probe_program(algorithm, config, name),
@@ -144,7 +135,7 @@ def check_swept(algorithm, config, points):
 
 
 def point_rows(tree, p, num_seeds):
-    """Sweep point p's agents (rows p * num_seeds to (p + 1) * num_seeds - 1) of every array."""
+    """Sweep point p's rows (its agents) of every array."""
     return jax.tree.map(lambda x: x[p * num_seeds:(p + 1) * num_seeds], tree)
 
 
@@ -154,9 +145,6 @@ class AgentNames:
     def __init__(self, config, points):
         self.seed, self.num_seeds, self.points = config.seed, config.num_seeds, points
 
-    def __len__(self):
-        return self.num_seeds * len(self.points)
-
     def __getitem__(self, i):
         p, s = divmod(i, self.num_seeds)
         return str(self.seed + s) if len(self.points) == 1 else f"{self.seed + s} at {point_label(self.points[p])}"
@@ -164,8 +152,8 @@ class AgentNames:
 
 def agent_parts(algorithm, config):
     """`parts(swept) -> (config, init, update)` of one agent: without swept values the run's own, made once; with
-    them (traced scalars inside a compiled program), `make_train_parts` of the config holding the agent's values,
-    so whatever the script reads of a swept field, wherever it reads it, is that agent's value."""
+    them (traced scalars), those of the config holding them, so wherever the script reads a swept field it reads the
+    agent's value."""
     base = (config, *algorithm.make_train_parts(config))
 
     def parts(swept):
@@ -176,10 +164,3 @@ def agent_parts(algorithm, config):
 
     return parts
 
-
-def as_built_by(init, runner):
-    """`runner` with the structure `init` gives it. With a sweep, a runner's static parts (an optimizer's functions,
-    which close over the agent's swept values) belong to the program that traced them, so each program rebuilds
-    them from the arrays."""
-    key = jax.ShapeDtypeStruct((2,), jnp.uint32)
-    return jax.tree.unflatten(jax.tree.structure(jax.eval_shape(init, key)), jax.tree.leaves(runner))

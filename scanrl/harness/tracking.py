@@ -2,6 +2,7 @@
 becomes a one-line warning and the run goes on with its local files."""
 
 import dataclasses
+import os
 import sys
 
 # Seconds wandb may wait for its server when a run starts, and again when it ends (its defaults are 90 s and more:
@@ -35,11 +36,9 @@ def start_wandb(config, name, run_dir, group, values):
 
 
 def finish_wandb(wandb_run, summary=None, image_paths=(), exit_code=0, step=None):
-    """Logs the images (at `step`, the run's last env step, where its last metrics are), and the summary, then ends
+    """Logs the images (at `step`, the run's last env step, where its last metrics are) and the summary, then ends
     the run."""
     def _finish():
-        import os
-
         import wandb
 
         if image_paths:

@@ -1,6 +1,6 @@
 """Training a new or resumed run: its directory claimed, the job compiled, fresh agents or a checkpoint's, then
-chunks of pieces, each ending in a non-finite check and a checkpoint (a chunk's metrics.csv rows once its checkpoint
-is committed), a stop on a signal, and at the end the final evaluation and the summaries."""
+chunks of pieces, each ending in a non-finite check and a checkpoint, a stop on a signal, and at the end the final
+evaluation and the summaries."""
 
 import contextlib
 import dataclasses
@@ -18,7 +18,6 @@ from scanrl.harness.agents import (
     collective,
     exit_on_lost_peers,
     gather,
-    init_agents,
     local_agents,
     to_agents,
 )
@@ -39,47 +38,35 @@ CHECKPOINT_S = 60
 def start_or_resume(job, checkpoints, run_dir) -> tuple:
     """-> (runner, metrics so far or None, iterations done): fresh agents, or --resume's newest readable checkpoint;
     (None, None, done) for a finished run, which is left alone."""
-    name, config = job.algorithm.name, job.config
     restored = None
-    if config.resume is not None:
-        restored = checkpoints.restore("--resume", name, config, job.abstract_runner, True)
+    if job.config.resume is not None:
+        restored = checkpoints.restore("--resume", job.algorithm.name, job.config, job.abstract_runner, True)
         if restored is None and job.lead:
             print("no checkpoint yet (the run stopped before its first chunk ended): starting it again")
     if restored is None:
-        runner = init_agents(lambda key, swept: job.parts(swept)[1](key), job.sharding, job.keys, job.swept)
-        # With a sweep, init's program gave the runner static parts of its own: the host keeps one structure.
-        return jax.tree.unflatten(jax.tree.structure(job.abstract_runner), jax.tree.leaves(runner)), None, 0
+        return job.fresh_agents(), None, 0
     runner, history, done = restored
-    if done == job.num_iterations and os.path.exists(os.path.join(run_dir.path, "summary.json")):
-        if job.lead:
-            print(f"{run_dir.path} is finished ({done} of {done} iterations, summary.json written): nothing to "
-                  "resume")
-        return None, None, done
+    finished = done == job.num_iterations and os.path.exists(os.path.join(run_dir.path, "summary.json"))
     if job.lead:
-        print(f"resuming after iteration {done} of {job.num_iterations}")
-    return runner, history, done
+        print(f"{run_dir.path} is finished ({done} of {done} iterations, summary.json written): nothing to resume"
+              if finished else f"resuming after iteration {done} of {job.num_iterations}")
+    return (None, None, done) if finished else (runner, history, done)
 
 
 def train_chunks(job, compiled, runner, history, done, checkpoints, run_dir, progress, stop):
-    """The chunks after iteration `done`: after each, a non-finite check, a checkpoint, and a stop if a signal came.
-    A chunk's rows go to metrics.csv once its checkpoint is committed (at the next chunk's end, or the run's), so the
-    rows on disk never run ahead of a checkpoint: a kill at any moment leaves a run --resume goes on from, and a
-    resumed run rebuilds metrics.csv from its checkpoint. -> (runner, every iteration's metrics)."""
-    config, algorithm = job.config, job.algorithm
-    profile_dir = os.path.join(run_dir.path, "profile")
-    pending = None  # (first iteration, rows) of the chunk whose checkpoint is being written
+    """The chunks after iteration `done`, each followed by a non-finite check, a checkpoint and a stop if a signal
+    came. -> (runner, every iteration's metrics). A chunk's rows go to metrics.csv once its checkpoint is committed:
+    rows on disk never run ahead of a checkpoint, so a kill at any moment leaves a run --resume goes on from."""
+    config, profile_dir = job.config, os.path.join(run_dir.path, "profile")
+    first, pending, signum = done, None, 0  # pending: (first iteration, rows) of the chunk whose checkpoint is written
 
     def write_pending():
-        """The rows of the chunk before, once its checkpoint is committed (it was written while this chunk ran)."""
-        nonlocal pending
         with collective("a chunk's checkpoint"):
             checkpoints.wait()
         if pending is not None and job.lead:
             run_dir.append_metrics(*pending)
-        pending = None
 
-    first = done
-    while done < job.num_iterations:
+    while done < job.num_iterations and not signum:
         end = job.num_iterations if job.ends is None else next(e for e in job.ends if e > done)
         deadline = time.perf_counter() + CHECKPOINT_S if job.ends is None else float("inf")
         profiled = config.profile and done == first and job.lead
@@ -97,52 +84,44 @@ def train_chunks(job, compiled, runner, history, done, checkpoints, run_dir, pro
         history = metrics if history is None else jax.tree.map(
             lambda a, b: np.concatenate([a, b], axis=1), history, metrics)
         with collective("a chunk's checkpoint"):  # orbax syncs the processes
-            checkpoints.save(reached, runner, history, algorithm.name, config)
+            checkpoints.save(reached, runner, history, job.algorithm.name, config)
         pending = None if diverged else (done, metrics)
         done = reached
         signum = any_process(stop.signal or 0)  # a signal to any process stops them all
-        if signum and done < job.num_iterations:
-            write_pending()
-            raise RunStopped(f"{signal.Signals(signum).name}: stopped after iteration {done} of {job.num_iterations}, "
-                             f"metrics and checkpoint written; continue with: python {algorithm.script} --resume "
-                             f"{shlex.quote(run_dir.path)}", 128 + signum)
     write_pending()
+    if done < job.num_iterations:
+        raise RunStopped(f"{signal.Signals(signum).name}: stopped after iteration {done} of {job.num_iterations}, "
+                         f"metrics and checkpoint written; continue with: python {job.algorithm.script} --resume "
+                         f"{shlex.quote(run_dir.path)}", 128 + signum)
     if config.profile and job.lead:
         print(f"profiler trace of iterations {first + 1} to {first + job.length} in {profile_dir}: open its "
               "*.trace.json.gz at https://ui.perfetto.dev")
     return runner, history
 
 
-def nonfinite_hint(config) -> str:
-    """What to change when training diverges: the script's learning rates (learning_rate, *_lr) and gradient clip."""
-    names = [f.name for f in dataclasses.fields(config) if f.name in ("learning_rate", "max_grad_norm")
-             or f.name.endswith("_lr")] or ["learning_rate"]
-    return "lower " + " or ".join(flag(name) for name in names)
-
-
 def check_divergence(job, history, metrics, start):
-    """A chunk whose `nonfinite` flags are set (iterations from `start`): the run stops (RunStopped) unless it is a
-    sweep with points whose agents are all finite: then each point newly diverged is named in a warning, its agents
-    go on (their numbers are NaN, their summaries say `diverged_at_iteration`) and the healthy points finish."""
-    num_seeds, num_points = job.config.num_seeds, len(job.points)
-    flags = metrics["nonfinite"]
-    now = flags.reshape(num_points, num_seeds, -1).any(axis=(1, 2))
+    """A chunk (iterations after `start`) with `nonfinite` flags set stops the run (RunStopped), unless it is a sweep
+    with finite points left: then each newly diverged point is named in a warning and trains on (its numbers NaN, its
+    summary's `diverged_at_iteration` set) while the healthy points finish."""
+    names = [f.name for f in dataclasses.fields(job.config)
+             if f.name in ("learning_rate", "max_grad_norm") or f.name.endswith("_lr")] or ["learning_rate"]
+    hint = "Lower " + " or ".join(flag(name) for name in names)
+    flags, num_points = metrics["nonfinite"], len(job.points)
+    by_point = flags.reshape(num_points, job.config.num_seeds, -1).any(axis=1)  # (points, iterations)
+    now = by_point.any(axis=1)
     before = (np.zeros(num_points, bool) if history is None
-              else history["nonfinite"].reshape(num_points, num_seeds, -1).any(axis=(1, 2)))
+              else history["nonfinite"].reshape(num_points, job.config.num_seeds, -1).any(axis=(1, 2)))
     if num_points == 1 or (now | before).all():
-        raise nonfinite_stop(job.names, start, flags, start, nonfinite_hint(job.config))
+        raise nonfinite_stop(job.names, start, flags, hint)
     if job.lead:
         for p in np.flatnonzero(now & ~before):
-            rows = flags[p * num_seeds:(p + 1) * num_seeds]
-            first = start + int(np.nonzero(rows.any(axis=0))[0].min()) + 1
             print(f"warning: sweep point {point_label(job.points[p])} diverged (non-finite loss or parameters, first "
-                  f"at iteration {first}); the other points train on. {nonfinite_hint(job.config)[0].upper()}"
-                  f"{nonfinite_hint(job.config)[1:]}", file=sys.stderr, flush=True)
+                  f"at iteration {start + by_point[p].argmax() + 1}); the other points train on. {hint}",
+                  file=sys.stderr, flush=True)
 
 
 def train(algorithm, config, points):
-    """A new or resumed run: planned, its directory claimed, compiled, trained in chunks, then evaluated and
-    summarised."""
+    """A new or resumed run: planned, its directory claimed, compiled, trained in chunks, evaluated, summarised."""
     job = plan(algorithm, config, points)
     config = job.config  # with its device count
     if job.lead:
@@ -150,30 +129,31 @@ def train(algorithm, config, points):
             print(note)
     run_dir = None
     try:
-        # From here on Ctrl-C or SIGTERM (during compilation too) stop the run where the running chunk ends.
-        with StopRequest() as stop:
-            run_dir = RunDirectory(algorithm, config, points, job.lead)  # claimed, config.json written, owned
-            if job.lead:
-                print(describe_run(job, run_dir), flush=True)
-            try:
-                compiled, evaluation, compile_s = compile_job(job)
-            except ConfigError:
-                run_dir.give_up()  # a new run that cannot start leaves nothing behind
-                raise
-            signum = any_process(stop.signal or 0)
-            if signum:  # during compilation: nothing trained yet, nothing to wait for
-                raise RunStopped(f"{signal.Signals(signum).name}: stopped while compiling, before any training: "
-                                 f"nothing was trained{' further' if config.resume else ''}; "
-                                 f"{'continue' if config.resume else 'start it'} with: python {algorithm.script} "
-                                 f"--resume {shlex.quote(run_dir.path)}", 128 + signum)
-            if job.lead:
-                print(f"compiled in {compile_s:.1f} s", flush=True)
-            trained = train_run(job, compiled, run_dir, stop)
-        if trained is not None:
-            runner, history, done, progress = trained
-            summarize(job, evaluation, runner, history, run_dir, {
-                "resumed_after_iteration": done or None, "compile_s": compile_s,
-                "train_s": time.perf_counter() - progress.start}, progress.start_steps)
+        with exit_on_lost_peers("a step the processes take together"):  # at a collective anywhere in the run
+            # From here on Ctrl-C or SIGTERM (during compilation too) stop the run where the running chunk ends.
+            with StopRequest() as stop:
+                run_dir = RunDirectory(algorithm, config, points, job.lead)  # claimed, config.json written, owned
+                if job.lead:
+                    print(describe_run(job, run_dir), flush=True)
+                try:
+                    compiled, evaluation, compile_s = compile_job(job)
+                except ConfigError:
+                    run_dir.give_up()  # a new run that cannot start leaves nothing behind
+                    raise
+                signum = any_process(stop.signal or 0)
+                if signum:  # during compilation: nothing trained yet, nothing to wait for
+                    raise RunStopped(f"{signal.Signals(signum).name}: stopped while compiling, before any training: "
+                                     f"nothing was trained{' further' if config.resume else ''}; "
+                                     f"{'continue' if config.resume else 'start it'} with: python {algorithm.script} "
+                                     f"--resume {shlex.quote(run_dir.path)}", 128 + signum)
+                if job.lead:
+                    print(f"compiled in {compile_s:.1f} s", flush=True)
+                trained = train_run(job, compiled, run_dir, stop)
+            if trained is not None:
+                runner, history, done, start = trained
+                summarize(job, evaluation, runner, history, run_dir, {
+                    "resumed_after_iteration": done or None, "compile_s": compile_s,
+                    "train_s": time.perf_counter() - start})
     finally:  # a new run's directory is owned until the end
         if run_dir is not None:
             run_dir.release()
@@ -196,7 +176,7 @@ def describe_run(job, run_dir) -> str:
 
 def train_run(job, compiled, run_dir, stop):
     """The chunks of a compiled run, with its wandb runs and checkpoints -> (runner, history, iterations it started
-    from, its Progress); None for a finished run (left alone). A failed write ends it in one line (exit 1)."""
+    from, its perf_counter start); None for a finished run. A failed write ends it in one line (exit 1)."""
     algorithm, config = job.algorithm, job.config
     run_dir.start_wandb()
     progress = Progress(config, job.points, local_agents(job.sharding, len(job.keys)), run_dir.wandb_runs,
@@ -214,40 +194,42 @@ def train_run(job, compiled, run_dir, stop):
             progress.start_steps = int(history["env_steps"][0, done - 1]) if done else 0
             runner, history = train_chunks(job, compiled, runner, history, done, checkpoints, run_dir, progress,
                                            stop)
-    except OSError as error:  # metrics.csv or a checkpoint could not be written
+    except BaseException as error:
         run_dir.finish_wandb(exit_code=1)
-        raise write_failed(error, algorithm.script, run_dir.path) from None
-    except BaseException:
-        run_dir.finish_wandb(exit_code=1)
+        if isinstance(error, OSError):  # metrics.csv or a checkpoint could not be written
+            raise write_failed(error, algorithm.script, run_dir.path) from None
         raise
-    return runner, history, done, progress
+    return runner, history, done, progress.start
 
 
-def summarize(job, evaluate, runner, history, run_dir, extra, start_steps):
+def summarize(job, evaluate, runner, history, run_dir, extra):
     """The final evaluation of every agent (`evaluate`: job.evaluate compiled), the end-of-run report and the run
     directory's summaries."""
-    algorithm, config, keys = job.algorithm, job.config, job.keys
+    algorithm, config, num_agents = job.algorithm, job.config, len(job.keys)
     if job.lead:
-        print(f"trained in {extra['train_s']:.1f} s; evaluating {plural(len(keys), 'agent')} on "
+        print(f"trained in {extra['train_s']:.1f} s; evaluating {plural(num_agents, 'agent')} on "
               f"{plural(config.eval_episodes, 'episode')} each, then writing the summaries and plots", flush=True)
-    eval_returns = gather(evaluate(to_agents(evaluation_keys(keys), job.sharding), on_agents(runner, job.sharding),
-                                   job.swept), "the final evaluation")
+    eval_returns = gather(evaluate(to_agents(evaluation_keys(job.keys), job.sharding),
+                                   on_agents(runner, job.sharding), job.swept), "the final evaluation")
     if algorithm.write_outputs is not None:  # its outputs are made from the final runners, on the host
         runner = gather(runner, "the final runners")
     if not job.lead:
         return
-    env_steps = int(history["env_steps"][0, -1])
-    sps = (env_steps - start_steps) * len(keys) / extra["train_s"]
+    done = extra["resumed_after_iteration"] or 0
+
+    def count_and_rate(key):
+        """Per agent at the end; per second over all agents of this process's training (after iteration `done`)."""
+        count = int(history[key][0, -1])
+        return count, (count - (int(history[key][0, done - 1]) if done else 0)) * num_agents / extra["train_s"]
+
+    env_steps, sps = count_and_rate("env_steps")
     extra = {**extra, "sps": sps, "num_devices": int(job.mesh.devices.size), "num_processes": jax.process_count()}
     counts, speeds = f"{env_steps} env steps", f"{sps:.0f} env steps/s"
-    if "updates" in history:  # gradient updates so far, where an algorithm counts them apart from iterations
-        updates = int(history["updates"][0, -1])
-        done = extra["resumed_after_iteration"] or 0
-        updates_per_s = (updates - (int(history["updates"][0, done - 1]) if done else 0)) * len(keys) / extra[
-            "train_s"]
+    if "updates" in history:  # gradient updates, where an algorithm counts them apart from iterations
+        updates, updates_per_s = count_and_rate("updates")
         extra = {"updates": updates, **extra, "updates_per_s": updates_per_s}
         counts, speeds = f"{counts} and {updates} updates", f"{speeds} and {updates_per_s:.0f} updates/s"
-    print(f"\n{'=' * 72}\n{algorithm.name} on {config.env}: {plural(len(keys), 'agent')}, {counts} each")
+    print(f"\n{'=' * 72}\n{algorithm.name} on {config.env}: {plural(num_agents, 'agent')}, {counts} each")
     print(f"compile {extra['compile_s']:.1f} s, train {extra['train_s']:.1f} s, {speeds} over all agents")
     try:
         write_summaries(run_dir, algorithm, history, eval_returns.mean(axis=1), runner, extra)
