@@ -129,3 +129,17 @@ def test_counts_past_int32_exit_2():
     ]:
         with pytest.raises(harness.ConfigError, match=re.escape(message)):
             harness.check(ppo.ALGORITHM, ppo.Config(**overrides))
+
+
+def test_every_shared_flag_is_placed_as_logging_or_result_changing():
+    """--resume and --eval let a logging flag differ from the run's and refuse any other shared flag that does: a new
+    shared flag is either one or the other, decided when it is added, not by forgetting LOGGING_FLAGS."""
+    import dataclasses
+
+    from scanrl.harness.flags import LOGGING_FLAGS, Flags
+
+    result_changing = {"env", "seed", "num_seeds", "total_timesteps", "log_every", "num_chunks", "sweep"}
+    unplaced = {f.name for f in dataclasses.fields(Flags)} - result_changing - set(LOGGING_FLAGS)
+    assert not unplaced, (f"{sorted(unplaced)}: add each to LOGGING_FLAGS (scanrl/harness/flags.py) if it changes only "
+                          "what is logged or where, else to result_changing here")
+    assert not result_changing & set(LOGGING_FLAGS)
