@@ -222,3 +222,21 @@ def test_the_contract_names_why_a_run_failed():
     fork = type("Fork", (), {"ALGORITHM": type("Algorithm", (), {"script": "ppo_m.py"}), "main": staticmethod(main)})
     with pytest.raises(contract.ContractFailure, match=r"^ppo_m.py exited 2: error: --env: 'Nope-v0': unknown env$"):
         contract.run_main(fork, None)
+
+
+def test_the_contract_runs_every_check_unless_the_run_failed(capsys):
+    """A failed check is one FAIL line and the others still run; only a failed run skips the checks that need it."""
+    ran = []
+
+    def fail():
+        raise contract.ContractFailure("differs")
+
+    def passes(name):
+        return lambda: ran.append(name) or ""
+
+    assert contract.run_checks([("make_train", fail), ("a run", passes("run")), ("after", passes("after"))]) == 1
+    assert ran == ["run", "after"]
+    assert contract.run_checks([("a run", fail), ("after", passes("skipped"))]) == 1
+    assert ran == ["run", "after"]
+    out = capsys.readouterr().out
+    assert "  FAIL  make_train: differs" in out and out.count("(the other checks need the run)") == 1

@@ -240,6 +240,27 @@ def check_fields(module, config):
     return f"{len(changed)} change the metrics ({', '.join(changed) or '-'}); {notes}"
 
 
+def run_checks(checks) -> int:
+    """Runs each (title, fn) in turn, printing one line each (`fn` returns a detail, or raises) -> how many failed;
+    after a failed run, the checks that need it are skipped."""
+    failed = 0
+    for title, fn in checks:
+        start = time.perf_counter()
+        try:
+            detail = fn()
+            print(f"  ok    {title}{': ' + detail if detail else ''} ({time.perf_counter() - start:.1f} s)", flush=True)
+        except Exception as error:
+            failed += 1
+            bug = not isinstance(error, ContractFailure)  # of the script or the harness: its traceback helps
+            print(f"  FAIL  {title}: {type(error).__name__ + ': ' if bug else ''}{error}", flush=True)
+            if bug:
+                traceback.print_exc()
+            if title == "a run":
+                print("  (the other checks need the run)")
+                break
+    return failed
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -270,22 +291,7 @@ def main(argv=None) -> int:
             ("every numeric field is fixed, changes the metrics, or is unused",
              lambda: check_fields(module, config)),
         ]
-        failed = 0
-        for title, fn in checks:
-            start = time.perf_counter()
-            try:
-                detail = fn()
-                print(f"  ok    {title}{': ' + detail if detail else ''} ({time.perf_counter() - start:.1f} s)",
-                      flush=True)
-            except Exception as error:
-                failed += 1
-                bug = not isinstance(error, ContractFailure)  # of the script or the harness: its traceback helps
-                print(f"  FAIL  {title}: {type(error).__name__ + ': ' if bug else ''}{error}", flush=True)
-                if bug:
-                    traceback.print_exc()
-                if title == "a run":
-                    print("  (the other checks need the run)")
-                    break
+        failed = run_checks(checks)
     print(f"{algorithm.script}: {'all checks passed' if not failed else f'{failed} check(s) failed'}")
     return 1 if failed else 0
 
