@@ -28,6 +28,9 @@ CONTRACT_FLAGS["tabular_q"] = ["--agent", "tabular", "--start-e", "0.5", "--num-
 CONTRACT_ONLY = {"sac": ("sac", dict(total_timesteps=1024, update_every=32, log_every=1, learning_starts=256,
                                      batch_size=64, hidden_size=32, num_seeds=2, eval_episodes=2))}
 CONTRACT_FLAGS.update({case: cli_flags(tiny) for case, (_, tiny) in CONTRACT_ONLY.items()})
+# ppo's copy is trained on the researcher's own env, named as a module of the repository: the contract's --resume and
+# --eval steps must name it too (scanrl imports code only when the command line names it).
+CONTRACT_FLAGS["ppo"] += ["--env", "my_env:Corridor"]
 SCRIPTS = {**{case: name for case, (name, _, _) in CASES.items()},
            **{case: name for case, (name, _) in CONTRACT_ONLY.items()}}
 
@@ -38,10 +41,12 @@ RESEARCHERS_OWN = {name: f"raise ImportError(\"the research repository's own {na
 
 
 def research_repository(tmp_path, script):
-    """An empty directory outside the repository holding the researcher's own envs.py, utils.py and harness/, and a
-    copy of `script` alone, as my_<script>: -> (directory, the copy's file name)."""
+    """An empty directory outside the repository holding the researcher's own envs.py, utils.py, harness/ and env
+    (my_env.py: docs/envs.md's corridor), and a copy of `script` alone, as my_<script>: -> (directory, the copy's
+    file name)."""
     repo = tmp_path / "myresearch"
-    for name, text in RESEARCHERS_OWN.items():
+    own = {**RESEARCHERS_OWN, "my_env.py": (ROOT / "docs" / "examples" / "corridor.py").read_text()}
+    for name, text in own.items():
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
         (repo / name).write_text(text)
     copy = f"my_{script}"
@@ -68,6 +73,20 @@ def test_every_script_copied_into_a_research_repository_keeps_the_contract(case,
     assert result.returncode == 0 and "all checks passed" in result.stdout, result.stdout + result.stderr
 
 
+def test_the_contract_sizes_a_bare_run_from_the_scripts_own_checks(tmp_path):
+    """Bare (`python -m scanrl.harness.contract sac.py`), the tiny run is 4 iterations, or twice as long until the
+    script's own checks accept it: sac.py and td3.py learn only after --learning-starts."""
+    for name, starts in (("ppo", None), ("sac", 1_000), ("td3", 5_000)):
+        algorithm = importlib.import_module(name).ALGORITHM
+        config = contract.tiny_config(algorithm, [], str(tmp_path))
+        harness.check(algorithm, config)
+        step = algorithm.steps_per_iteration(config)
+        if starts is None:
+            assert config.total_timesteps == 4 * step
+        else:
+            assert starts < config.total_timesteps <= 2 * max(starts, 4 * step)
+
+
 def test_a_copied_script_writes_its_runs_to_its_own_directory(tmp_path):
     """`python my_ppo.py` in the research repository trains there, into ./runs, and the run is named my_ppo."""
     repo, copy = research_repository(tmp_path, "ppo.py")
@@ -76,8 +95,8 @@ def test_a_copied_script_writes_its_runs_to_its_own_directory(tmp_path):
     (run_dir,) = (repo / "runs").iterdir()
     assert "__my_ppo__" in run_dir.name and (run_dir / "summary.json").exists()
     assert sorted(p.name for p in repo.iterdir() if not p.name.startswith(".")) == sorted(
-        ["envs.py", "utils.py", "harness", copy, "runs", "wandb"] if (repo / "wandb").exists() else
-        ["envs.py", "utils.py", "harness", copy, "runs"])
+        ["envs.py", "utils.py", "harness", "my_env.py", copy, "runs", "wandb"] if (repo / "wandb").exists() else
+        ["envs.py", "utils.py", "harness", "my_env.py", copy, "runs"])
 
 
 GUIDE = (ROOT / "docs" / "forking.md").read_text()

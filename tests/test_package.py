@@ -1,7 +1,12 @@
 """scanrl as a package: the pinned requirements files (the tested lock) satisfy the ranges pyproject.toml declares,
-for the runtime dependencies and each optional suite's extra."""
+for the runtime dependencies and each optional suite's extra; CI runs the README's test lines and nothing more, which
+install this checkout; the code is ruff-clean and the docs site builds."""
 
+import os
+import subprocess
+import sys
 import tomllib
+from pathlib import Path
 
 import pytest
 from conftest import ROOT
@@ -33,3 +38,43 @@ def test_the_pinned_requirements_satisfy_the_package_ranges(extra):
         assert name in lock, f"{requirement.name} is not pinned in the lock of {extra or 'the runtime'}"
         assert requirement.specifier.contains(lock[name]), f"{name}=={lock[name]} is outside {requirement}"
 
+
+
+def commands(text: str) -> list[str]:
+    """The command lines of a shell text: comments, blank lines and `set`/`cd` lines left out."""
+    lines = (line.split(" #")[0].strip() for line in text.splitlines() if not line.lstrip().startswith("#"))
+    return [line for line in lines if line and not line.startswith(("set ", "cd "))]
+
+
+def test_ci_runs_exactly_the_readmes_test_lines():
+    """.ci/run makes a virtualenv, upgrades pip, then runs the README's "Tests" block and nothing else: a step only
+    CI takes would hide an install step the README lacks (the copied-script tests once passed only in CI)."""
+    section = (ROOT / "README.md").read_text().split("\n## Tests\n", 1)[1]
+    readme = commands(section.split("```bash\n", 1)[1].split("```", 1)[0])
+    ci = commands((ROOT / ".ci" / "run").read_text())
+    setup = ["python3 -m venv .venv", "source .venv/bin/activate", "python -m pip install --quiet --upgrade pip"]
+    assert ci[:len(setup)] == setup, ci
+    assert ci[len(setup):] == readme, f".ci/run runs {ci[len(setup):]}, the README's Tests block {readme}"
+
+
+def test_the_installed_scanrl_is_this_checkout():
+    """The README's test lines install scanrl editable (`-e .`): a copied script run outside the repository imports
+    this checkout's package, not a stale wheel, and the tests that copy scripts need nothing more."""
+    found = subprocess.run([sys.executable, "-c", "import scanrl; print(scanrl.__file__)"], cwd="/",
+                           capture_output=True, text=True, env={k: v for k, v in os.environ.items()
+                                                                 if k != "PYTHONPATH"})
+    assert found.returncode == 0, f"scanrl is not installed: pip install -r requirements-dev.txt -e . ({found.stderr})"
+    assert Path(found.stdout.strip()).parent == ROOT / "scanrl", (
+        f"the installed scanrl is {found.stdout.strip()}, not this checkout's: pip install -e .")
+
+
+def test_ruff_is_clean():
+    result = subprocess.run([sys.executable, "-m", "ruff", "check", "."], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_docs_site_builds_strict(tmp_path):
+    """mkdocs build --strict: a broken link, a missing anchor or a page left out of mkdocs.yml's nav fails it."""
+    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
+                            cwd=ROOT, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert result.returncode == 0, result.stdout + result.stderr

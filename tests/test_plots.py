@@ -11,7 +11,7 @@ import pytest
 from cases import NAN, sparse_metrics
 from conftest import ROOT
 
-from scanrl.harness import plots
+from scanrl.harness import aggregate, plots
 
 
 @pytest.fixture
@@ -129,3 +129,46 @@ def test_seed_curves_draws_every_seed_and_names_the_worst(tmp_path, run_script):
         result = run_script("benchmarks/seed_curves.py", *args, "--out", str(out), add_out_dir=False)
         assert result.returncode == 2 and message in result.stderr, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def write_metrics(run_dir, returns, steps_per_iteration=100):
+    """A metrics.csv as a run writes it, from `returns` (seeds, iterations)."""
+    run_dir.mkdir(parents=True)
+    with open(run_dir / "metrics.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["seed", "iteration", "env_steps", "episode_return", "nonfinite"])
+        for u in range(returns.shape[1]):
+            for seed, row in enumerate(returns):
+                writer.writerow([seed, u + 1, (u + 1) * steps_per_iteration, row[u], 0])
+
+
+def test_several_runs_plot_together_with_their_iqm_over_seeds(tmp_path, capsys):
+    """`python -m scanrl.harness.plots A B SWEEP` draws each run (and each point of a sweep's directory) on one plot,
+    and prints each curve's final IQM over seeds: the IQM of the seeds' latest returns, inside its interval."""
+    rng = np.random.default_rng(0)
+    mine = rng.normal(100, 10, size=(8, 20))
+    mine[:, 0] = NAN  # no episode ended in the first iteration: carried forward from the second
+    write_metrics(tmp_path / "runs" / "mine", mine)
+    write_metrics(tmp_path / "runs" / "ppo", rng.normal(50, 10, size=(5, 10)), steps_per_iteration=200)
+    for point in ("p0_lr=0.1", "p1_lr=0.2"):
+        write_metrics(tmp_path / "runs" / "sweep" / point, rng.normal(0, 1, size=(3, 4)))
+    out = tmp_path / "both.png"
+    assert plots.main([str(tmp_path / "runs" / d) for d in ("mine", "ppo", "sweep")] + ["--out", str(out)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert out.stat().st_size > 0 and printed[-1] == f"written to {out}"
+    assert [line.split(":")[0].rsplit("/", 1)[-1] for line in printed[:-1]] == ["mine", "ppo", "p0_lr=0.1",
+                                                                                 "p1_lr=0.2"]
+    expected = aggregate.iqm(mine[:, -1])
+    point, low, high = (float(x) for x in printed[0].split("IQM ")[1].replace("[", "").replace(",", "")
+                        .replace("]", "").split()[:3])
+    assert point == pytest.approx(expected, abs=0.005) and low <= point <= high
+    assert printed[0].endswith("over 8 seeds")
+
+
+def test_plotting_a_directory_without_metrics_is_one_line(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit) as exited:
+        plots.main([str(tmp_path / "empty")])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip() == (f"error: {tmp_path / 'empty'} holds no metrics.csv: name a run "
+                                               "directory (runs/<run name>)")

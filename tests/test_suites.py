@@ -292,7 +292,7 @@ def test_your_own_env_trains_from_the_command_line_and_its_runs_import_it_only_w
         assert refused.returncode == 2
         assert refused.stderr.strip().splitlines()[-1] == (
             f"error: {flag}: {run_dir} trained on my_env:Corridor, which imports my_env; scanrl imports code only "
-            "when your own command line names it: add --env my_env:Corridor")
+            f"when your own command line names it: python ppo.py {flag} {run_dir} --env my_env:Corridor")
     (tmp_path / "my_env.py").write_text(CORRIDOR)
     evaluated = run_in(tmp_path, "--eval", str(run_dir), "--env", "my_env:Corridor")
     assert evaluated.returncode == 0, evaluated.stderr[-2000:]

@@ -1,18 +1,18 @@
 """The harness's contract, checked on any script, a fork included: `python -m scanrl.harness.contract SCRIPT [flags]`.
 
 A tiny run of the script in a temporary directory (2 seeds, 4 iterations in 4 chunks, unless its flags say
-otherwise), then:
+otherwise; longer where the script's own checks refuse so short a run, as sac.py's --learning-starts does), then:
 - `make_train(Config(...))` makes one agent's whole run, as the README uses it (traced; the run compiles it);
 - the run is named after the script's file (ppo.py copied as ppo_kl.py writes `ppo_kl` runs), and `--eval` of
   another script's run exits 2 naming both;
-- `--resume` of the run cut after its second chunk gives the uninterrupted run's metrics.csv, summary and
-  parameters, bit for bit (the checkpoint holds all of the algorithm's state);
+- `--resume` of the run cut after its second chunk (with the run's --env, as your own env needs) gives the
+  uninterrupted run's metrics.csv, summary and parameters, bit for bit (the checkpoint holds all of the algorithm's
+  state);
 - `--eval` reproduces the summary's eval returns (the policy the harness evaluates is the one trained);
 - each numeric field of the script's own sets the program's shape, or changes the metrics when swept (one program, a
   point per field against the base point), or is read nowhere with this config (e.g. another learner's field).
 Prints one line per check; exits 0 when all pass, 1 otherwise, 2 for flags the script refuses. The flags after the
-script are its own (`--env Acrobot-v1 --learning-starts 500`): pass what a tiny run needs where its defaults do
-not fit in 4 iterations.
+script are its own (`--env Acrobot-v1 --num-envs 2`).
 """
 
 import contextlib
@@ -64,6 +64,9 @@ def tiny_config(algorithm, flags, out_dir):
     config = dataclasses.replace(config, **tiny, out_dir=out_dir, run_name="whole", keep_checkpoints=4)
     if "total_timesteps" not in given:
         config = dataclasses.replace(config, total_timesteps=4 * algorithm.steps_per_iteration(config))
+        while config.total_timesteps < 2**24 and not holds(algorithm.validate, config, errors=ConfigError):
+            # A budget the script cannot train (sac.py learns only after --learning-starts): twice as long.
+            config = dataclasses.replace(config, total_timesteps=2 * config.total_timesteps)
     return dataclasses.replace(config, num_chunks=min(4, algorithm.num_iterations(config)))
 
 
@@ -143,7 +146,7 @@ def check_resume(module, config, whole):
     for step in steps[len(steps) // 2:]:
         shutil.rmtree(os.path.join(cut, "checkpoints", str(step)))
     os.remove(os.path.join(cut, "summary.json"))
-    run_main(module, dataclasses.replace(module.ALGORITHM.config(), resume=cut))
+    run_main(module, dataclasses.replace(module.ALGORITHM.config(), resume=cut, env=config.env))
     if Path(whole, "metrics.csv").read_bytes() != Path(cut, "metrics.csv").read_bytes():
         raise ContractFailure("metrics.csv of the resumed run differs from the uninterrupted run's")
     expected, got = (json.loads(Path(d, "summary.json").read_text()) for d in (whole, cut))
@@ -158,7 +161,7 @@ def check_resume(module, config, whole):
 
 def check_eval(module, config, whole):
     expected = [f"{r:.2f}" for r in json.loads(Path(whole, "summary.json").read_text())["eval_return"]]
-    printed = run_main(module, dataclasses.replace(module.ALGORITHM.config(), eval=whole))
+    printed = run_main(module, dataclasses.replace(module.ALGORITHM.config(), eval=whole, env=config.env))
     means = [line.split("mean ")[1].split()[0] for line in printed.splitlines() if line.startswith("seed ")]
     if means != expected:
         raise ContractFailure(f"--eval's means {means}, summary.json's eval_return {expected}")

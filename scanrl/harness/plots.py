@@ -1,5 +1,6 @@
 """The figures of a run: learning_curve.png (each seed's latest episode return carried forward, their mean over seeds
-with its 95% band) and with --sweep learning_curves.png (every point on one axes), saved by `files.save_figure`."""
+with its 95% band) and with --sweep learning_curves.png (every point on one axes), saved by `files.save_figure`; and
+as a command, `python -m scanrl.harness.plots RUN_DIR ...`, several runs' curves on one plot."""
 
 import numpy as np
 
@@ -131,3 +132,87 @@ def plot_sweep(path, steps, curves, labels, title, num_seeds):
     ax.set_title(title)
     ax.legend(loc="best", fontsize=7)
     return save_figure(fig, path)
+
+
+def read_curves(run_dir, key="episode_return"):
+    """A run directory's metrics.csv as (env steps per agent, (seeds, iterations) of `key`); a sweep's directory
+    holds a metrics.csv per point: -> [(label, steps, values)] for each."""
+    import contextlib
+    import csv
+    import json
+    import os
+
+    path = os.path.join(run_dir, "metrics.csv")
+    if not os.path.isfile(path):
+        points = sorted(d for d in os.listdir(run_dir) if os.path.isfile(os.path.join(run_dir, d, "metrics.csv"))) \
+            if os.path.isdir(run_dir) else []
+        if not points:
+            raise ValueError(f"{run_dir} holds no metrics.csv: name a run directory (runs/<run name>)")
+        return [c for d in points for c in read_curves(os.path.join(run_dir, d), key)]
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows or key not in rows[0]:
+        raise ValueError(f"{path} has no {key} column" if rows else f"{path} has no rows yet")
+    seeds = list(dict.fromkeys(r["seed"] for r in rows))
+    iterations = len(rows) // len(seeds)  # rows come as whole iterations, one per seed
+    values = np.array([float(r[key]) for r in rows[:iterations * len(seeds)]]).reshape(iterations, len(seeds)).T
+    steps = np.array([float(r["env_steps"]) for r in rows[:iterations * len(seeds):len(seeds)]])
+    env = ""
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        with open(os.path.join(run_dir, "config.json")) as f:
+            env = f" on {json.load(f)['env']}"
+    return [(f"{os.path.normpath(run_dir)}{env}", steps, values)]
+
+
+def plot_runs(path, run_dirs, key="episode_return"):
+    """The learning curves of several runs on one axes: each one's interquartile mean over seeds of `key` (carried
+    forward), with the 95% stratified-bootstrap interval of that IQM at each step. -> the final IQM per curve."""
+    from scanrl.harness import aggregate
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    finals = {}
+    for label, steps, values in (c for d in run_dirs for c in read_curves(d, key)):
+        carried = carry_forward(values)
+        carried = carried[~np.all(np.isnan(carried), axis=1)]
+        if not len(carried):
+            ax.plot([], [], label=f"{label}: no episode ended")
+            continue
+        start = int(np.argmax(~np.isnan(carried).any(axis=0)))
+        point, low, high = aggregate.stratified_bootstrap_ci(
+            carried[:, start:], lambda stack: aggregate.iqm(stack, axis=-2), reps=2_000)
+        (line,) = ax.plot(steps[start:], point, drawstyle="steps-post", label=f"{label} ({len(carried)} seeds)")
+        ax.fill_between(steps[start:], low, high, color=line.get_color(), alpha=0.25, step="post")
+        finals[label] = (float(point[-1]), float(low[-1]), float(high[-1]), len(carried))
+    ax.set_title(f"{key.replace('_', ' ')}: IQM over seeds, 95% stratified-bootstrap interval", fontsize=10)
+    ax.set_xlabel(f"env steps per agent ({CARRIED_NOTE})", fontsize=8)
+    ax.set_ylabel(f"{key.replace('_', ' ')} (IQM over seeds)")
+    ax.legend(loc="best", fontsize=7)
+    save_figure(fig, path)
+    return finals
+
+
+def main(argv=None) -> int:
+    """`python -m scanrl.harness.plots RUN_DIR [RUN_DIR ...] [--out FILE] [--metric KEY]`: several runs' learning
+    curves (a sweep's directory: each of its points) on one plot, e.g. a fork against the script it came from."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m scanrl.harness.plots", description=main.__doc__.split(": ", 1)[1])
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (runs/<run name>)")
+    parser.add_argument("--out", default="learning_curves.png", help="the PNG to write (default: %(default)s)")
+    parser.add_argument("--metric", default="episode_return", help="a column of metrics.csv (default: %(default)s)")
+    args = parser.parse_args(argv)
+    if not args.out.endswith(".png"):
+        parser.exit(2, f"error: --out {args.out}: name a .png file\n")
+    try:
+        finals = plot_runs(args.out, args.run_dirs, args.metric)
+    except (ValueError, OSError) as error:
+        parser.exit(2, f"error: {error}\n")
+    for label, (point, low, high, n) in finals.items():
+        print(f"{label}: final {args.metric} IQM {point:.2f} [{low:.2f}, {high:.2f}] over {n} seeds")
+    print(f"written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -5,6 +5,7 @@ with: --resume takes the run's own config with this command line's logging flags
 import dataclasses
 import json
 import os
+import shlex
 import types
 import typing
 
@@ -46,8 +47,9 @@ def read_run_config(algorithm, run_dir, which, command_env=None) -> dict:
     env_id = saved.get("env")
     reference = envs.import_reference(env_id) if isinstance(env_id, str) else None
     if reference is not None and command_env != env_id:
+        command = shlex.join(["python", algorithm.script, which, run_dir, "--env", env_id])
         raise ConfigError(f"{which}: {run_dir} trained on {env_id}, which imports {reference[0]}; scanrl imports "
-                          f"code only when your own command line names it: add --env {env_id}")
+                          f"code only when your own command line names it: {command}")
     return {k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()}  # JSON has no tuples
 
 
