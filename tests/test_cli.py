@@ -42,6 +42,8 @@ def test_help_lists_the_shared_flags_and_what_can_be_swept(run_script):
     # into the one line
     (["--num-seeds", "x"], "error: Error parsing --num-seeds: invalid literal for int() with base 10: 'x'", None),
     (["--num-seeds", "x"], "error: Error parsing --num-seeds: invalid literal for int() with base 10: 'x'", "ascii"),
+    # a character the output's encoding cannot show is printed escaped (it was a UnicodeEncodeError's traceback)
+    (["--env", "Cart\u00e9"], "error: --env: unknown env 'Cart\\xe9'", "ascii"),
 ])
 def test_cli_bad_flag_exits_2_with_one_line(run_script, tmp_path, args, message, encoding):
     result = run_script("ppo.py", *args, env_overrides={"PYTHONIOENCODING": encoding} if encoding else None)

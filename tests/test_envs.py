@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import ROOT
 from flax import struct
 from gymnax.environments import environment, spaces
 from hypothesis import given, settings
@@ -256,3 +257,23 @@ def test_optimistic_resets_give_each_ended_env_a_new_episode_and_keep_the_others
         ended_together += done.sum() >= 2
         obs, state = new_obs, state_after
     assert ended_together >= 5  # the sharing out was exercised
+
+
+def test_an_env_whose_step_returns_a_batch_is_refused_naming_where_its_step_is(tmp_path, monkeypatch):
+    """A user env whose reward is not a scalar (float32[4, 3] reached the compiled scan: 31 lines of traceback) is
+    refused by --env's checks in one line naming step_env's file and line."""
+    text = (ROOT / "docs" / "examples" / "corridor.py").read_text() + '''
+
+class Wide(Corridor):
+    def step_env(self, key, state, action, params):
+        obs, state, reward, done, info = super().step_env(key, state, action, params)
+        return obs, state, jnp.full((3,), reward), done, info
+'''
+    (tmp_path / "wide.py").write_text(text)
+    where = max(i for i, line in enumerate(text.splitlines(), 1) if "def step_env" in line)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError) as error:
+        envs.make("wide:Wide")
+    line = str(error.value)
+    assert line == (f"'wide:Wide': step returns a reward of shape [3] (a scalar, one env's); the scripts batch envs "
+                    f"with jax.vmap: fix step_env at {tmp_path / 'wide.py'}:{where}"), line

@@ -69,7 +69,7 @@ def test_an_untrained_sampled_policy_plays_like_a_random_one(script):
     config = module.Config(env="CartPole-v1", eval_episodes=200)
     init, _ = module.make_train_parts(config)
     runner = init(jax.random.PRNGKey(0))
-    evaluate = jax.jit(make_evaluate(module.ALGORITHM, config, sampled=True))
+    evaluate = jax.jit(make_evaluate(module.ALGORITHM, config, sampled=True).returns)
     returns = evaluate(jax.random.PRNGKey(1), runner)
     assert 18 < float(returns.mean()) < 27, returns.mean()
 

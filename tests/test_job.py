@@ -1,11 +1,11 @@
-"""scanrl/harness/job.py: the one driver of the compiled program: the scan in pieces equals one scan, and
-one piece length divides the run."""
+"""scanrl/harness/job.py: the one driver of the compiled program: the scan in pieces equals one scan, one piece
+length divides the run, the evaluation in pieces equals one call, and a count too large for int32 is one line."""
 
 
 import jax
 import numpy as np
 import pytest
-from cases import tiny_config
+from cases import exit_code_and_error, tiny_config
 
 from scanrl import harness
 from scanrl.harness.agents import seed_keys
@@ -50,3 +50,31 @@ def test_one_piece_length_divides_the_run():
     assert piece_length(97, ppo.Config()) == 1
     assert piece_length(10, ppo.Config(log_every=1000)) == 10
     assert harness.check(ppo.ALGORITHM, ppo.Config())[0].num_chunks is None  # checkpoints by time
+
+
+def test_a_count_too_large_for_int32_is_one_line_naming_the_flags_and_leaves_nothing(tmp_path, capsys):
+    """--update-epochs 1e9 makes PPO's update count 3.9e12: tracing it was a 51-line OverflowError; it is one line
+    naming the flags set away from their defaults, before anything is written."""
+    module, config = tiny_config("ppo", tmp_path / "runs", update_epochs=10**9)
+    code, err = exit_code_and_error(capsys, module.main, config)
+    assert code == 2 and err == [
+        "error: ppo.py: a count of 16,000,000,000 in the compiled program is more than the 2,147,483,647 (2**31 - "
+        "1) it holds; lower the flags that multiply into it (--total-timesteps 2048, --update-epochs 1000000000)"]
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_an_evaluation_in_pieces_plays_the_episodes_of_one_call():
+    """The final evaluation runs in pieces of EVAL_PIECE env steps (the host stops it or shows its progress between
+    them): pieces of 7 steps give the returns of one while loop over the whole time limit, bit for bit."""
+    import ppo
+    from scanrl.harness.evaluation import make_evaluate
+
+    config = ppo.Config(env="CartPole-v1", eval_episodes=5)
+    runner = jax.jit(ppo.make_train_parts(config)[0])(jax.random.PRNGKey(0))
+    evaluation, key = make_evaluate(ppo.ALGORITHM, config), jax.random.PRNGKey(3)
+    whole = jax.jit(evaluation.returns)(key, runner)
+    carry, steps = evaluation.start(key, runner), jax.jit(evaluation.steps)
+    for until in range(7, evaluation.max_steps + 7, 7):
+        carry = steps(key, runner, carry, until)
+    assert int(carry.t) < evaluation.max_steps and bool(carry.finished.all())  # it ended early, as one call does
+    np.testing.assert_array_equal(np.asarray(carry.returns), np.asarray(whole))

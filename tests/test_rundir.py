@@ -80,3 +80,32 @@ def test_summary_json_is_valid_json_with_nan_as_null(tmp_path):
     text = (tmp_path / "summary.json").read_text()
     assert "NaN" not in text and "Infinity" not in text
     assert json.loads(text) == {"a": None, "b": [None, 1.5], "c": {"d": None}}
+
+
+def test_a_link_at_the_run_name_is_refused_and_nothing_is_written_through_it(tmp_path, capsys):
+    """A link planted at <out-dir>/<run-name> (a shared out dir, a predictable name) led the whole run elsewhere:
+    the run exits 2 naming it, and nothing is written where it leads."""
+    from cases import exit_code_and_error, tiny_config
+
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "planted").symlink_to(tmp_path / "elsewhere")
+    module, config = tiny_config("ppo", tmp_path / "runs", run_name="planted")
+    code, err = exit_code_and_error(capsys, module.main, config)
+    assert code == 2 and err == [f"error: run directory {tmp_path / 'runs' / 'planted'} is a link, and a run never "
+                                 "writes through one; choose another --run-name"]
+    assert not any((tmp_path / "elsewhere").iterdir())
+
+
+def test_resume_through_a_link_the_user_names_says_where_it_leads(finished_runs, tmp_path, capsys):
+    """A `runs/latest`-style link named on --resume is followed, and the run says which directory it resumes."""
+    from cases import copy_run
+
+    import ppo
+
+    run_dir = copy_run(finished_runs, "ppo", tmp_path)
+    (tmp_path / "latest").symlink_to(run_dir)
+    ppo.main(ppo.Config(resume=str(tmp_path / "latest")))
+    out = capsys.readouterr().out
+    assert f"--resume {tmp_path / 'latest'} leads through a link to {run_dir}: resuming {run_dir}" in out
+    assert f"{run_dir} is finished" in out

@@ -1,12 +1,14 @@
 """scanrl/harness/stops.py: a run stops where a piece of the scan ends, resumable: on Ctrl-C or SIGTERM
-(while compiling, in a single-chunk run, a second one at once), on a failed write, and on non-finite values (at the
-last good checkpoint; a sweep's diverging point is reported while the healthy points finish)."""
+(while compiling, in a single-chunk run, during a final evaluation that never ends, a second one at once), on a failed
+write, on a host callback that raises, and on non-finite values (at the last good checkpoint; a sweep's diverging point
+is reported while the healthy points finish)."""
 
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -186,3 +188,73 @@ def test_a_diverging_sweep_point_is_reported_while_the_healthy_points_finish(tmp
                                                                              ("learning_rate=1e+30", 1)]
     healthy = read_csv(tmp_path / "sweep" / "learning_rate=0.00025" / "metrics.csv")
     assert len(healthy) == 1 + 4 * 2 and all(row[-1] == "False" for row in healthy[1:])
+
+
+# docs/envs.md's corridor, with episodes that never end (a time limit of 1e9 steps), and with a host callback that
+# raises inside the compiled run.
+USER_ENVS = (ROOT / "docs" / "examples" / "corridor.py").read_text() + '''
+
+@struct.dataclass
+class EndlessParams(Params):
+    max_steps_in_episode: int = 1_000_000_000
+
+
+class Endless(Corridor):
+    @property
+    def default_params(self):
+        return EndlessParams()
+
+    def step_env(self, key, state, action, params):
+        obs, state, reward, _, info = super().step_env(key, state, action, params)
+        return obs, state, reward, jnp.bool_(False), info
+
+
+class Raises(Corridor):
+    def step_env(self, key, state, action, params):
+        def fail(a):
+            raise RuntimeError("the simulator is gone")
+        action = jax.pure_callback(fail, jax.ShapeDtypeStruct((), jnp.int32), action, vmap_method="broadcast_all")
+        return super().step_env(key, state, action, params)
+'''
+
+
+def start_ppo(tmp_path, *flags):
+    (tmp_path / "user_envs.py").write_text(USER_ENVS)
+    env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": ""}
+    return subprocess.Popen([sys.executable, str(ROOT / "ppo.py"), *flags, "--out-dir", str(tmp_path / "runs")],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_final_evaluation_whose_episodes_never_end(tmp_path):
+    """The final evaluation runs in pieces: Ctrl-C stops it within a piece, even where no episode ever ends (it ran
+    until the time limit of 1e9 steps, and signals were not heard), saying that training is kept and how to finish."""
+    process = start_ppo(tmp_path, "--env", "user_envs:Endless", "--total-timesteps", "4096", "--num-seeds", "2",
+                        "--num-chunks", "2", "--run-name", "endless")
+    for line in process.stdout:
+        if line.startswith("trained in"):
+            break
+    time.sleep(1)
+    process.send_signal(signal.SIGINT)
+    start = time.perf_counter()
+    _, err = process.communicate(timeout=60)
+    run_dir = tmp_path / "runs" / "endless"
+    assert process.returncode == 130 and time.perf_counter() - start < 10, err
+    assert err.strip().splitlines()[-1] == (
+        "SIGINT: stopped during the final evaluation; training is finished, its checkpoint and metrics.csv written, "
+        f"summary.json not: evaluate and summarise it with: python ppo.py --resume {run_dir}")
+    assert checkpoint_steps(run_dir) == [4, 8] and not (run_dir / "summary.json").exists()
+
+
+@pytest.mark.slow
+def test_a_host_callback_that_raises_in_the_run_is_one_line_and_leaves_no_run_directory(tmp_path):
+    """A user env's pure_callback raising inside the compiled run was 100 lines (a traceback per call, then JAX's own
+    at exit): one line with the exception and where it was raised; nothing trained, so no run directory is left."""
+    process = start_ppo(tmp_path, "--env", "user_envs:Raises", "--total-timesteps", "2048", "--num-seeds", "2")
+    out, err = process.communicate(timeout=300)
+    lines = err.strip().splitlines()
+    assert process.returncode == 1 and len(lines) == 1, err
+    assert lines[0].startswith("error: a host callback raised RuntimeError: the simulator is gone inside the "
+                               f"compiled run, at {tmp_path / 'user_envs.py'}:"), lines
+    assert lines[0].endswith("training stopped, nothing was trained, and no run directory is left")
+    assert not any((tmp_path / "runs").iterdir())

@@ -9,13 +9,14 @@ Every env speaks the gymnax 1.x API (see `envs.wrappers`).
 import difflib
 import importlib
 import importlib.util
+import inspect
 import os
 import re
 import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnax
 import jax
@@ -251,7 +252,23 @@ def _checked(env_id, made, kwargs):
         raise ValueError(f"{env_id!r}: step must return gymnax 1.x's (obs, state, reward, terminated, "
                          "truncated, info) with info['final_observation']; subclass gymnax's Environment and write "
                          "step_env (gymnax 0.0.x's five values are not enough)")
+    wrong = [f"a {name} of shape {list(value.shape)} (a scalar, one env's)" for name, value in
+             (("reward", out[2]), ("terminated", out[3]), ("truncated", out[4])) if value.shape != ()]
+    if out[0].shape != obs.shape:
+        wrong.insert(0, f"an observation of shape {list(out[0].shape)} (reset's: {list(obs.shape)})")
+    if wrong:
+        raise ValueError(f"{env_id!r}: step returns {' and '.join(wrong)}; the scripts batch envs with jax.vmap: "
+                         f"fix{_where(env)}")
     return env, env_params
+
+
+def _where(env) -> str:
+    """ step_env at file:line": where an env's step is written, for a message; " its step" where it is not found."""
+    method = getattr(type(env), "step_env", None) or getattr(type(env), "step", None)
+    try:
+        return f" {method.__name__} at {inspect.getsourcefile(method)}:{inspect.getsourcelines(method)[1]}"
+    except (TypeError, OSError):
+        return " its step"
 
 
 def is_discrete(env, env_params) -> bool:
@@ -344,27 +361,52 @@ def evaluate(env, env_params, policy, key, num_steps: int):
     Returns the return of each env's first episode, shape `(num_envs,)`; `num_steps` should cover the
     longest episode (the env's time limit). It stops once every env's first episode has ended (an env with a
     time limit of 1e9 steps ends when its episodes do). Evaluate on an env without normalisation wrappers and let
-    the policy normalise with training's frozen statistics (`normalize_observation`).
+    the policy normalise with training's frozen statistics (`normalize_observation`). The same in pieces, for a
+    host that reports progress or stops between them: `evaluation_start`, then `evaluation_steps` until it ends.
     """
+    carry = evaluation_start(env, env_params, policy, key)
+    return evaluation_steps(env, env_params, policy, key, carry, num_steps).returns
+
+
+class Evaluation(NamedTuple):
+    """`evaluate`'s state between steps: the step count, each env's observation, where an episode starts, the
+    policy's memory, the env states, whose first episode has ended, and its return (NaN until it ends)."""
+
+    t: jax.Array
+    obs: jax.Array
+    start: jax.Array
+    memory: Any
+    state: Any
+    finished: jax.Array
+    returns: jax.Array
+
+
+def evaluation_start(env, env_params, policy, key) -> Evaluation:
+    """`evaluate`'s state before its first step: every env reset."""
     policy = as_recurrent(policy)
-    key_reset, key = jax.random.split(key)
+    key_reset, _ = jax.random.split(key)
     obs, state = env.reset(key_reset, env_params)
     num_envs = obs.shape[0]
+    return Evaluation(jnp.int32(0), obs, jnp.ones(num_envs, bool), policy.initial_carry(num_envs), state,
+                      jnp.zeros(num_envs, bool), jnp.full(num_envs, jnp.nan, jnp.float32))
+
+
+def evaluation_steps(env, env_params, policy, key, carry: Evaluation, until) -> Evaluation:
+    """`evaluate`'s steps from `carry` until step `until` (a traced int32 may set it) or every env's first episode
+    has ended: pieces run one after another play the same episodes as one call."""
+    policy = as_recurrent(policy)
+    _, key = jax.random.split(key)
 
     def _eval_step(carry):
-        t, obs, start, memory, state, finished, returns = carry
-        memory, action = policy.step(memory, obs, start)
+        memory, action = policy.step(carry.memory, carry.obs, carry.start)
         # fold_in(key, t) is split(key, num_steps)[t], without making num_steps keys up front
-        obs, state, _, _, _, info = env.step(jax.random.fold_in(key, t), state, action, env_params)
-        first_end = jnp.logical_and(info["episode_done"], jnp.logical_not(finished))
-        returns = jnp.where(first_end, info["episode_return"], returns)
-        return (t + 1, obs, info["episode_done"], memory, state, jnp.logical_or(finished, info["episode_done"]),
-                returns)
+        obs, state, _, _, _, info = env.step(jax.random.fold_in(key, carry.t), carry.state, action, env_params)
+        first_end = jnp.logical_and(info["episode_done"], jnp.logical_not(carry.finished))
+        return Evaluation(carry.t + 1, obs, info["episode_done"], memory, state,
+                          jnp.logical_or(carry.finished, info["episode_done"]),
+                          jnp.where(first_end, info["episode_return"], carry.returns))
 
-    carry = (jnp.int32(0), obs, jnp.ones(num_envs, bool), policy.initial_carry(num_envs), state,
-             jnp.zeros(num_envs, bool), jnp.full(num_envs, jnp.nan, jnp.float32))
-    *_, returns = jax.lax.while_loop(lambda c: (c[0] < num_steps) & ~c[5].all(), _eval_step, carry)
-    return returns
+    return jax.lax.while_loop(lambda c: (c.t < until) & ~c.finished.all(), _eval_step, carry)
 
 
 # Envs gymnax's visualizer can draw (gymnax.visualize.Visualizer), by the name gymnax gives them.

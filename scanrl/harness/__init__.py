@@ -75,6 +75,10 @@ def prepare_jax(module_name: str):
     the concurrency-optimised XLA:CPU scheduler off (jax 0.10 can hang with it on vmapped training) and one XLA:CPU
     device per core (one device keeps one core busy; a device count already in XLA_FLAGS wins)."""
     main = module_name == "__main__"
+    if main:  # a path or run name this terminal's encoding cannot show is printed escaped, not a traceback
+        for stream in (sys.stdout, sys.stderr):
+            if hasattr(stream, "reconfigure"):
+                stream.reconfigure(errors="backslashreplace")
     if main and {"-h", "--help"} & set(sys.argv[1:]):
         print_help(sys.modules["__main__"])  # exits, unless the Config needs the script's other names
     elif main and _process_id() == "0":  # a first line at once: the imports take seconds

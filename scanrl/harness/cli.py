@@ -4,6 +4,7 @@
 import contextlib
 import dataclasses
 import io
+import logging
 import os
 import sys
 
@@ -12,15 +13,15 @@ import numpy as np
 import tyro
 
 from scanrl.harness import compile_cache
-from scanrl.harness.agents import gather, to_agents
+from scanrl.harness.agents import gather
 from scanrl.harness.checkpoints import Checkpoints, require_checkpoints_for_progress, trained_config
 from scanrl.harness.evaluation import eval_policy, evaluation_keys
 from scanrl.harness.files import RunLock
 from scanrl.harness.flags import ConfigError, check_flags, check_paths, description
-from scanrl.harness.job import compile_job, env_failure, plan
+from scanrl.harness.job import compile_job, env_failure, plan, run_evaluation
 from scanrl.harness.memory import size_flags
 from scanrl.harness.saved import given_fields, read_run_config, resumed_config, trained_fields
-from scanrl.harness.stops import RunStopped
+from scanrl.harness.stops import RunStopped, StopRequest
 from scanrl.harness.sweeps import check_sweep_points, check_swept, sweep_points
 from scanrl.harness.train import train
 
@@ -34,9 +35,12 @@ def main(algorithm, config=None):
         if config is None:
             config = parse_flags(algorithm)
             given = given_fields(algorithm, sys.argv[1:])
+            # A host callback that raises is logged with its traceback at every call; the run's one line names it.
+            logging.getLogger("jax._src.callback").setLevel(logging.CRITICAL)
         compile_cache.start(config.compile_cache)
         if config.eval is not None:
-            evaluate_run(algorithm, config)
+            with StopRequest(exit_process=given is not None) as stop:
+                evaluate_run(algorithm, config, stop)
             return
         with contextlib.ExitStack() as held:
             if config.resume is not None:
@@ -45,7 +49,7 @@ def main(algorithm, config=None):
                 config = resumed_config(algorithm, config, given or (), trained_config(config.resume))
                 require_checkpoints_for_progress(config.resume, algorithm.script)
             config, points = check(algorithm, config)
-            train(algorithm, config, points)
+            train(algorithm, config, points, exit_process=given is not None)
     except RunStopped as stopped:
         print(stopped, file=sys.stderr)
         if stopped.abandon and given is not None:  # from the command line: nothing of this process is needed
@@ -154,7 +158,7 @@ def eval_config(algorithm, config):
     return run_config, points
 
 
-def evaluate_run(algorithm, config):
+def evaluate_run(algorithm, config, stop=None):
     """--eval: the deterministic policies of a saved run, on the same episodes as its summary's eval_return (unless
     --eval-episodes changes their number; --eval-sampled: the policies training acts with, on the same episodes);
     --gif draws one episode of agent --seed-index. The job of the run, its evaluation compiled and run."""
@@ -168,9 +172,13 @@ def evaluate_run(algorithm, config):
         raise ConfigError(f"--eval: {config.eval} has no checkpoint in checkpoints/ yet; it was stopped or killed "
                           "before its first chunk ended: --resume it")
     runner, _, done = restored
-    _, evaluate, _ = compile_job(job, training=False)
+    _, evaluation, _ = compile_job(job, training=False)
+
+    def stopped(signum):
+        return RunStopped(f"{signum.name}: the evaluation stopped; nothing was written", 128 + signum, abandon=True)
+
+    returns = run_evaluation(evaluation, job, runner, stop, stopped, "the evaluation")
     eval_keys = evaluation_keys(job.keys)
-    returns = gather(evaluate(to_agents(eval_keys, job.sharding), runner, job.swept), "the evaluation")
     indices = range(len(job.keys)) if config.seed_index is None else [config.seed_index]
     which = "sampled policy (actions drawn as in training)" if config.eval_sampled else "deterministic policy"
     print(f"{algorithm.name} on {run_config.env}, checkpoint after {done} iterations: {which}, "

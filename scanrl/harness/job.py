@@ -22,8 +22,8 @@ from scanrl.harness.agents import (
     over_agents,
     to_agents,
 )
-from scanrl.harness.evaluation import make_evaluate
-from scanrl.harness.flags import ConfigError
+from scanrl.harness.evaluation import evaluation_keys, make_evaluate
+from scanrl.harness.flags import MAX_COUNT, ConfigError, Flags, flag
 from scanrl.harness.memory import check_agent_memory, check_memory
 from scanrl.harness.stops import learned_finite
 from scanrl.harness.sweeps import agent_parts
@@ -62,6 +62,46 @@ def run_pieces(compiled, job, runner, start, end, progress, stop=None, deadline=
     return runner, {key: np.concatenate([rows[key] for rows in gathered], axis=1) for key in gathered[0]}, start
 
 
+# Env steps of the final evaluation (and --eval) between two looks of the host: its progress, a stop request.
+EVAL_PIECE = 1_000
+
+
+def wait_ready(tree, stop=None, stopped=None):
+    """Waits for a program's results with the host awake, so a signal's handler runs at once (a blocking read holds
+    it until the program ends, which may be never); with `stop`, raises `stopped(signal)` once one came."""
+    for leaf in jax.tree.leaves(tree):
+        pause = 0.001
+        while not leaf.is_ready():
+            if stop is not None and stop.signal:
+                raise stopped(stop.signal)
+            time.sleep(pause)
+            pause = min(2 * pause, 0.02)  # at most 20 ms late; the next piece is queued meanwhile
+
+
+def run_evaluation(evaluation, job, runner, stop=None, stopped=None, what="the final evaluation"):
+    """Every agent's evaluation (`evaluation`: compile_job's) in pieces of EVAL_PIECE env steps, until every episode
+    ended or the env's time limit: its progress printed every 10 s by process 0, a stop request (`stop`) raising
+    `stopped(signal)` within a piece. -> each agent's episode returns (numpy, agents x episodes)."""
+    start, steps = evaluation
+    if stop is not None:
+        stop.doing = f"stopping {what}"
+    keys = to_agents(evaluation_keys(job.keys), job.sharding)
+    runner = on_agents(runner, job.sharding)
+    carry, shown = start(keys, runner, job.swept), time.perf_counter()
+    for until in range(EVAL_PIECE, job.eval_steps + EVAL_PIECE, EVAL_PIECE):
+        carry = steps(keys, runner, job.swept, carry, np.int32(min(until, job.eval_steps)))
+        wait_ready(carry.finished, stop, stopped)
+        local = [np.asarray(shard.data) for shard in carry.finished.addressable_shards]
+        finished, episodes = sum(int(x.sum()) for x in local), sum(x.size for x in local)
+        if not any_process(int(finished < episodes)):
+            break
+        if job.lead and time.perf_counter() - shown > 10:
+            shown = time.perf_counter()
+            print(f"{what}: {finished:,} of {episodes:,} episodes ended after {until:,} env steps (the "
+                  f"time limit: {job.eval_steps:,}); Ctrl-C stops it", flush=True)
+    return gather(carry.returns, what)
+
+
 @dataclasses.dataclass
 class Job:
     """A run's plan, before anything is compiled or written: its agents, their devices and the programs."""
@@ -77,10 +117,11 @@ class Job:
     parts: object  # harness.sweeps.agent_parts
     abstract_runner: object  # every agent's state as shapes, split over the devices
     segment: object  # the training program, a piece of the scan, not compiled
-    evaluate: object  # the final evaluation of every agent, not compiled
+    evaluate: tuple  # the final evaluation of every agent (its start and its steps: `run_evaluation`), not compiled
     length: int  # iterations in a piece
     num_iterations: int
     ends: list | None  # the iteration after each chunk (--num-chunks); None: a chunk ends every CHECKPOINT_S
+    eval_steps: int  # the env's time limit: the longest an evaluation episode is played
 
     @property
     def lead(self):
@@ -135,10 +176,15 @@ def plan(algorithm, config, points, sampled=False) -> Job:
         runner, rows = jax.lax.scan(iteration, runner, start + jnp.arange(length, dtype=jnp.int32))
         return jax.tree.unflatten(structure, jax.tree.leaves(runner)), rows
 
-    evaluate = over_agents(lambda key, runner, swept: make_evaluate(algorithm, parts(swept)[0], sampled)(key, runner),
-                           mesh, (0, 0, 0))
+    def evaluation(swept):
+        return make_evaluate(algorithm, parts(swept)[0], sampled)
+
+    evaluate = (over_agents(lambda key, runner, swept: evaluation(swept).start(key, runner), mesh, (0, 0, 0)),
+                over_agents(lambda key, runner, swept, carry, until: evaluation(swept).steps(key, runner, carry, until),
+                            mesh, (0, 0, 0, 0, None)))
     return Job(algorithm, config, points, keys, to_agents(swept, sharding), names, mesh, sharding, parts,
-               abstract_runner, over_agents(segment, mesh, (0, None, 0)), evaluate, length, num_iterations, ends)
+               abstract_runner, over_agents(segment, mesh, (0, None, 0)), evaluate, length, num_iterations, ends,
+               make_evaluate(algorithm, config).max_steps)
 
 
 def compile_job(job, training=True) -> tuple:
@@ -153,9 +199,15 @@ def compile_job(job, training=True) -> tuple:
         if training:
             compiled = job.segment.lower(job.abstract_runner, jax.ShapeDtypeStruct((), jnp.int32), job.swept).compile()
         keys = jax.ShapeDtypeStruct(job.keys.shape, job.keys.dtype, sharding=job.sharding)
-        evaluation = job.evaluate.lower(keys, job.abstract_runner, job.swept).compile()
+        begin, steps = job.evaluate
+        begin = begin.lower(keys, job.abstract_runner, job.swept).compile()
+        carry = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=job.sharding),
+                             begin.out_info)
+        evaluation = (begin, steps.lower(keys, job.abstract_runner, job.swept, carry,
+                                         jax.ShapeDtypeStruct((), jnp.int32)).compile())
     except Exception as error:
         failure = error if isinstance(error, ConfigError) else env_failure(job.config, error)
+        failure = failure or overflow_failure(job.algorithm, job.config, error)
         if failure is None:
             raise
         raise failure from None
@@ -172,8 +224,26 @@ def compile_job(job, training=True) -> tuple:
     state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(job.abstract_runner))
     local_state_bytes = state_bytes * len(local_agents(job.sharding, len(job.keys))) // len(job.keys)
     check_memory(job.config, job.algorithm, [compiled] if training else [], local_state_bytes, history_bytes,
-                 evaluation)
+                 evaluation[1])
     return compiled, evaluation, compile_s
+
+
+def overflow_failure(algorithm, config, error) -> ConfigError | None:
+    """ConfigError for a count the flags make too large for the int32 the programs hold it in (an update count of
+    --update-epochs 1e9), naming the flags set away from their defaults; None for any other error."""
+    if not isinstance(error, OverflowError):
+        return None
+    value = str(error).rsplit("with value ", 1)[-1].split()[0] if "with value " in str(error) else "a count"
+    defaults = algorithm.config(env=config.env)
+    shared = {f.name for f in dataclasses.fields(Flags)} - {"total_timesteps"}  # the others count no update
+    numbers = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+               if f.name not in shared and type(getattr(config, f.name)) in (int, float)}
+    changed = [f"{flag(k)} {v:g}" if isinstance(v, float) else f"{flag(k)} {v}" for k, v in numbers.items()
+               if v != getattr(defaults, k)]
+    shown = f"{int(value):,}" if value.isdigit() else value
+    return ConfigError(f"{algorithm.script}: a count of {shown} in the compiled program is more than the "
+                       f"{MAX_COUNT:,} (2**31 - 1) it holds; lower the flags that multiply into it"
+                       + (f" ({', '.join(changed)})" if changed else ""))
 
 
 def env_failure(config, error) -> ConfigError | None:

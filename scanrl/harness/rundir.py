@@ -25,6 +25,8 @@ class RunDirectory:
         self.name, self.config, self.points, self.lead = algorithm.name, config, points, lead
         if config.resume is not None:
             self.path = os.path.realpath(config.resume)  # reached through a link, as it is: its files' folder is none
+            if lead and self.path != os.path.abspath(config.resume):  # only where the user named a link
+                print(f"--resume {config.resume} leads through a link to {self.path}: resuming {self.path}")
             self.run_name = os.path.basename(os.path.normpath(self.path))
         else:
             # Brax ids hold '/' and ':'. The suffix parts jobs started in the same second; all take process 0's name.
@@ -94,8 +96,15 @@ def claim_run_directory(path, config_json) -> str:
     """Creates the run directory `path` (or takes an empty one) and its config.json, exclusively: of two runs started
     at once with one name, one gets it. -> "" if claimed, else the error line."""
     try:
-        os.makedirs(path, exist_ok=True)
-        if os.listdir(path):
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)  # the out dir: a link the user named is theirs
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            if os.path.islink(path):  # planted in a shared out dir, a link would lead the run anywhere
+                return f"run directory {path} is a link, and a run never writes through one; choose another --run-name"
+            if os.listdir(path):
+                raise
+        if os.path.islink(path):  # made a link between our mkdir and now
             raise FileExistsError
         with open(os.path.join(path, "config.json"), "x") as f:  # "x": fails if another run created it first
             json.dump(config_json, f, indent=2)

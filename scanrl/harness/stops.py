@@ -1,5 +1,6 @@
 """Stopping a run where a chunk ends: on Ctrl-C or SIGTERM, and when training produced a NaN or an infinity."""
 
+import os
 import shlex
 import signal
 import sys
@@ -39,6 +40,25 @@ def write_failed(error: OSError, script, run_dir):
                       f"--resume {shlex.quote(run_dir)}", 1, abandon=True)
 
 
+def callback_failure(error, script, run_dir, trained) -> RunStopped | None:
+    """RunStopped (exit 1) for a host callback (jax.pure_callback, io_callback: a user's env may hold one) that
+    raised inside the compiled run: one line with its exception and where it was raised; None for other errors.
+    `trained`: whether a checkpoint was written (else the run directory is removed: nothing of it is worth keeping)."""
+    text = str(error)
+    if not isinstance(error, jax.errors.JaxRuntimeError) or "CpuCallback error" not in text:
+        return None
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    places = [line for line in lines if line.startswith('File "')]
+    where = ""
+    if places:  # File "/path/my_env.py", line 8, in boom
+        path, line = places[-1].split('"')[1], places[-1].split(", line ")[1].split(",")[0]
+        where = f", at {path}:{line}"
+    kept = (f"the checkpoints written so far are kept: fix it, then continue with: python {script} --resume "
+            f"{shlex.quote(run_dir)}") if trained else "nothing was trained, and no run directory is left"
+    return RunStopped(f"error: a host callback raised {lines[-1]} inside the compiled run{where}; training "
+                      f"stopped, {kept}", 1, abandon=True)
+
+
 def nonfinite_stop(names, start, flags, hint):
     """RunStopped (exit 1) naming the agents whose `nonfinite` flags (iterations after `start`, the last checkpoint)
     are set, and the first such iteration."""
@@ -52,8 +72,14 @@ def nonfinite_stop(names, start, flags, hint):
 
 class StopRequest:
     """A context manager: SIGINT (Ctrl-C) or SIGTERM is remembered, to stop once compilation or the iterations under
-    way end (a chunk's end in a multi-process run), with a checkpoint; a second one stops at once. The previous
-    handlers come back on exit."""
+    way end (a chunk's end in a multi-process run), with a checkpoint; a second one stops at once: `exit_process`
+    (a command line's run) ends the process from the handler itself, which may run inside a callback that would
+    swallow an exception (JAX's garbage-collection hook); otherwise it raises RunStopped. The previous handlers come
+    back on exit."""
+
+    def __init__(self, exit_process=False):
+        self.exit_process = exit_process
+        self.doing = "stopping after the iterations under way, with a checkpoint"  # what the first signal does
 
     def __enter__(self):
         self.signal = None
@@ -67,9 +93,12 @@ class StopRequest:
     def _handle(self, signum, frame):
         if self.signal is not None:
             self.__exit__()
-            raise RunStopped(f"{signal.Signals(signum).name} again: stopped at once; the checkpoints written so far "
-                             "are kept, with their rows in metrics.csv: --resume goes on from the last one",
-                             128 + signum, abandon=True)
+            message = (f"{signal.Signals(signum).name} again: stopped at once; the checkpoints written so far are "
+                       "kept, with their rows in metrics.csv: --resume goes on from the last one")
+            if self.exit_process:
+                sys.stdout.flush()
+                print(message, file=sys.stderr, flush=True)
+                os._exit(128 + signum)
+            raise RunStopped(message, 128 + signum, abandon=True)
         self.signal = signal.Signals(signum)
-        print(f"\n{self.signal.name}: stopping after the iterations under way, with a checkpoint (again to abort at "
-              "once)", file=sys.stderr, flush=True)
+        print(f"\n{self.signal.name}: {self.doing} (again to abort at once)", file=sys.stderr, flush=True)

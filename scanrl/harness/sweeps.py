@@ -110,7 +110,7 @@ def probe_program(algorithm, config, name):
     def program(value):
         agent_config, init, update = parts({name: value})
         runner, metrics = jax.lax.scan(lambda runner, _: update(runner), init(key), None, 2)
-        return metrics, make_evaluate(algorithm, agent_config)(key, runner)
+        return metrics, make_evaluate(algorithm, agent_config).returns(key, runner)
 
     return program
 

@@ -19,15 +19,13 @@ from scanrl.harness.agents import (
     exit_on_lost_peers,
     gather,
     local_agents,
-    to_agents,
 )
 from scanrl.harness.checkpoints import Checkpoints
-from scanrl.harness.evaluation import evaluation_keys
 from scanrl.harness.flags import ConfigError, flag
-from scanrl.harness.job import compile_job, on_agents, plan, run_pieces
+from scanrl.harness.job import compile_job, plan, run_evaluation, run_pieces
 from scanrl.harness.metrics import Progress, plural
 from scanrl.harness.rundir import RunDirectory
-from scanrl.harness.stops import RunStopped, StopRequest, nonfinite_stop, write_failed
+from scanrl.harness.stops import RunStopped, StopRequest, callback_failure, nonfinite_stop, write_failed
 from scanrl.harness.summaries import write_summaries
 from scanrl.harness.sweeps import point_label, sweep_overrides
 
@@ -120,8 +118,9 @@ def check_divergence(job, history, metrics, start):
                   file=sys.stderr, flush=True)
 
 
-def train(algorithm, config, points):
-    """A new or resumed run: planned, its directory claimed, compiled, trained in chunks, evaluated, summarised."""
+def train(algorithm, config, points, exit_process=False):
+    """A new or resumed run: planned, its directory claimed, compiled, trained in chunks, evaluated, summarised.
+    `exit_process`: a command line's run, which a second Ctrl-C ends at once (`StopRequest`)."""
     job = plan(algorithm, config, points)
     config = job.config  # with its device count
     if job.lead:
@@ -131,7 +130,7 @@ def train(algorithm, config, points):
     try:
         with exit_on_lost_peers("a step the processes take together"):  # at a collective anywhere in the run
             # From here on Ctrl-C or SIGTERM (during compilation too) stop the run where the running chunk ends.
-            with StopRequest() as stop:
+            with StopRequest(exit_process) as stop:
                 run_dir = RunDirectory(algorithm, config, points, job.lead)  # claimed, config.json written, owned
                 if job.lead:
                     print(describe_run(job, run_dir), flush=True)
@@ -149,11 +148,11 @@ def train(algorithm, config, points):
                 if job.lead:
                     print(f"compiled in {compile_s:.1f} s", flush=True)
                 trained = train_run(job, compiled, run_dir, stop)
-            if trained is not None:
-                runner, history, done, start = trained
-                summarize(job, evaluation, runner, history, run_dir, {
-                    "resumed_after_iteration": done or None, "compile_s": compile_s,
-                    "train_s": time.perf_counter() - start})
+                if trained is not None:
+                    runner, history, done, start = trained
+                    summarize(job, evaluation, runner, history, run_dir, {
+                        "resumed_after_iteration": done or None, "compile_s": compile_s,
+                        "train_s": time.perf_counter() - start}, stop)
     finally:  # a new run's directory is owned until the end
         if run_dir is not None:
             run_dir.release()
@@ -198,19 +197,31 @@ def train_run(job, compiled, run_dir, stop):
         run_dir.finish_wandb(exit_code=1)
         if isinstance(error, OSError):  # metrics.csv or a checkpoint could not be written
             raise write_failed(error, algorithm.script, run_dir.path) from None
-        raise
+        checkpoints_dir = os.path.join(run_dir.path, "checkpoints")
+        trained = os.path.isdir(checkpoints_dir) and any(s.isdigit() for s in os.listdir(checkpoints_dir))
+        failure = callback_failure(error, algorithm.script, run_dir.path, trained or config.resume is not None)
+        if failure is None:
+            raise
+        if not trained:
+            run_dir.give_up()
+        raise failure from None
     return runner, history, done, progress.start
 
 
-def summarize(job, evaluate, runner, history, run_dir, extra):
-    """The final evaluation of every agent (`evaluate`: job.evaluate compiled), the end-of-run report and the run
-    directory's summaries."""
+def summarize(job, evaluation, runner, history, run_dir, extra, stop=None):
+    """The final evaluation of every agent (`evaluation`: compile_job's; a signal stops it within a piece), the
+    end-of-run report and the run directory's summaries."""
     algorithm, config, num_agents = job.algorithm, job.config, len(job.keys)
     if job.lead:
         print(f"trained in {extra['train_s']:.1f} s; evaluating {plural(num_agents, 'agent')} on "
               f"{plural(config.eval_episodes, 'episode')} each, then writing the summaries and plots", flush=True)
-    eval_returns = gather(evaluate(to_agents(evaluation_keys(job.keys), job.sharding),
-                                   on_agents(runner, job.sharding), job.swept), "the final evaluation")
+
+    def stopped(signum):
+        return RunStopped(f"{signum.name}: stopped during the final evaluation; training is finished, its checkpoint "
+                          "and metrics.csv written, summary.json not: evaluate and summarise it with: python "
+                          f"{algorithm.script} --resume {shlex.quote(run_dir.path)}", 128 + signum, abandon=True)
+
+    eval_returns = run_evaluation(evaluation, job, runner, stop, stopped)
     if algorithm.write_outputs is not None:  # its outputs are made from the final runners, on the host
         runner = gather(runner, "the final runners")
     if not job.lead:
