@@ -89,13 +89,14 @@ def test_the_compile_cache_is_used_only_in_a_folder_no_one_else_can_write(tmp_pa
 
     monkeypatch.setattr(compile_cache, "install_cache_store", lambda store: None)
     monkeypatch.setattr(compile_cache.jax.config, "update", lambda *args: None)
-    old = os.umask(0o002)
+    old = os.umask(0o000)
     try:
-        made = compile_cache.start(str(tmp_path / "mine"))
+        made = compile_cache.start(str(tmp_path / "mine" / "cache"))  # folders above the cache are made too
     finally:
         os.umask(old)
-    assert made is not None and (os.stat(made).st_mode & 0o777) == 0o700 == (os.stat(os.path.dirname(made)).st_mode
-                                                                               & 0o777)
+    assert made is not None and os.umask(old) == old
+    assert [os.stat(folder).st_mode & 0o777 for folder in (made, os.path.dirname(made), tmp_path / "mine")] == [
+        0o700] * 3
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)

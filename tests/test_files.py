@@ -20,7 +20,8 @@ HOLD_LOCK = ("import sys, time; sys.path.insert(0, sys.argv[2]); from scanrl.har
 def test_a_run_directory_has_one_owner_and_a_dead_one_holds_it_no_more(tmp_path):
     """A second owner (another process, or this one) is refused naming the first's pid; the lock of a process
     killed with -9 is gone with it; a released lock leaves no file behind. Only a run directory is locked: in any
-    other, its .lock is left alone; a FIFO planted at the name is refused, never waited on."""
+    other, its .lock is left alone; a FIFO or a hard link planted at the name is refused, never waited on or
+    written."""
     (tmp_path / LOCK_NAME).write_text("not ours")
     with pytest.raises(ConfigError, match=r"^--resume: .* is not a run directory \(it has no config.json\)$"):
         RunLock(str(tmp_path), "--resume")
@@ -28,8 +29,14 @@ def test_a_run_directory_has_one_owner_and_a_dead_one_holds_it_no_more(tmp_path)
     (tmp_path / LOCK_NAME).unlink()
     (tmp_path / "config.json").write_text("{}")
     os.mkfifo(tmp_path / LOCK_NAME)
-    with pytest.raises(ConfigError, match=r"cannot lock .* \(not a regular file\)"):
+    with pytest.raises(ConfigError, match=r"cannot lock .* \(not a file of its own\)"):
         RunLock(str(tmp_path), "--resume")
+    (tmp_path / LOCK_NAME).unlink()
+    (tmp_path / "precious").write_text("a file of the user's")  # a hard link at the name: its pid would overwrite it
+    os.link(tmp_path / "precious", tmp_path / LOCK_NAME)
+    with pytest.raises(ConfigError, match=r"cannot lock .* \(not a file of its own\)"):
+        RunLock(str(tmp_path), "--resume")
+    assert (tmp_path / "precious").read_text() == "a file of the user's"
     (tmp_path / LOCK_NAME).unlink()
     holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(tmp_path), str(ROOT)], stdout=subprocess.PIPE,
                               text=True)

@@ -39,6 +39,9 @@ def test_shared_flags_are_checked_before_anything_is_written(tmp_path):
         *[(dict(run_name=name), f"--run-name {name!r} must be one directory name")
           for name in ("../x", "/tmp/x", "a/b", ".", "..", "")],
         (dict(out_dir=str(tmp_path / "a_file" / "runs")), "a_file is a file, not a directory"),
+        (dict(run_name="a\nb"), "--run-name 'a\\nb' holds a control character"),
+        (dict(out_dir=str(tmp_path / "x\ty")), "--out-dir '" + str(tmp_path) + "/x\\ty' holds a control character"),
+        (dict(run_name="r" * 256), "--run-name is 256 bytes long; a directory name takes at most 255"),  # not --out-dir
     ]
     (tmp_path / "a_file").write_text("")
     for overrides, message in bad:

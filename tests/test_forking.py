@@ -259,3 +259,15 @@ def test_the_contract_runs_every_check_unless_the_run_failed(capsys):
     assert ran == ["run", "after"]
     out = capsys.readouterr().out
     assert "  FAIL  make_train: differs" in out and out.count("(the other checks need the run)") == 1
+
+
+def test_a_module_beside_a_copied_script_that_shadows_a_dependency_is_one_line(tmp_path):
+    """A researcher's own jax.py (or numpy/, ...) beside the copy would be imported in place of the package, with a
+    traceback from deep inside: one line naming it, exit 2, before anything loads."""
+    repo, copy = research_repository(tmp_path, "ppo.py")
+    (repo / "numpy").mkdir()
+    (repo / "numpy" / "__init__.py").write_text("")
+    result = in_repository(repo, copy, timeout=120)
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        f"error: {repo / 'numpy' / '__init__.py'} beside the script stands in for the numpy package (Python imports "
+        "the script's folder first); rename it"], result.stderr

@@ -3,6 +3,7 @@
 write, on a host callback that raises, and on non-finite values (at the last good checkpoint; a sweep's diverging point
 is reported while the healthy points finish)."""
 
+import errno
 import json
 import os
 import signal
@@ -144,7 +145,6 @@ def test_a_failed_write_stops_with_one_line_and_the_run_resumes(writer, finished
                                                                 monkeypatch):
     """A full disk while metrics.csv, a checkpoint or the summary is written: one line naming the file and the
     cause, exit 1, the --resume command; resuming then gives the uninterrupted run."""
-    import errno
 
     import ppo
     from scanrl.harness import train
@@ -258,3 +258,19 @@ def test_a_host_callback_that_raises_in_the_run_is_one_line_and_leaves_no_run_di
                                f"compiled run, at {tmp_path / 'user_envs.py'}:"), lines
     assert lines[0].endswith("training stopped, nothing was trained, and no run directory is left")
     assert not any((tmp_path / "runs").iterdir())
+
+
+def test_a_failed_write_names_the_file_and_what_fixes_it():
+    """A write through a temporary that failed (chattr +i on metrics.csv: os.replace refused) named the temporary
+    and said "make room": the file it replaces is named, and the advice follows the cause."""
+    from scanrl.harness.stops import write_failed
+
+    refused = OSError(errno.EPERM, "Operation not permitted", "/r/.metrics.csv.0123456789ab.tmp", None,
+                      "/r/metrics.csv")
+    assert str(write_failed(refused, "ppo.py", "/r")) == (
+        "error: cannot write /r/metrics.csv: Operation not permitted; training stopped, the checkpoints written so "
+        "far are kept; fix its permissions (chmod u+w, chattr -i), then continue with: python ppo.py --resume /r")
+    full = OSError(errno.ENOSPC, "No space left on device", "/r/.summary.json.00000000000a.tmp")
+    assert str(write_failed(full, "ppo.py", "/r")).startswith(
+        "error: cannot write /r/summary.json: No space left on device; training stopped, the checkpoints written so "
+        "far are kept; make room, then")

@@ -79,6 +79,7 @@ def prepare_jax(module_name: str):
         for stream in (sys.stdout, sys.stderr):
             if hasattr(stream, "reconfigure"):
                 stream.reconfigure(errors="backslashreplace")
+        _refuse_shadowed_packages(os.path.dirname(os.path.abspath(sys.argv[0])))
     if main and {"-h", "--help"} & set(sys.argv[1:]):
         print_help(sys.modules["__main__"])  # exits, unless the Config needs the script's other names
     elif main and _process_id() == "0":  # a first line at once: the imports take seconds
@@ -93,6 +94,22 @@ def prepare_jax(module_name: str):
         from scanrl.harness.processes import start_processes  # several processes: joined before any backend
 
         start_processes()
+
+
+# The packages a script imports through scanrl: a module of that name beside the script would be imported instead.
+_DEPENDENCIES = ("jax", "jaxlib", "flax", "optax", "distrax", "chex", "orbax", "gymnax", "tyro", "wandb", "numpy",
+                 "matplotlib")
+
+
+def _refuse_shadowed_packages(folder):
+    """Exit 2 with one line where the script's folder holds a jax.py (or jax/, numpy.py, ...): Python imports the
+    script's own folder first, so it would stand in for the package, with a traceback from deep inside."""
+    for name in _DEPENDENCIES:
+        for path in (os.path.join(folder, f"{name}.py"), os.path.join(folder, name, "__init__.py")):
+            if os.path.isfile(path):
+                print(f"error: {path} beside the script stands in for the {name} package (Python imports the "
+                      f"script's folder first); rename it", file=sys.stderr)
+                sys.exit(2)
 
 
 def _process_id() -> str:

@@ -87,12 +87,14 @@ class RunLock:
         while True:
             try:  # O_NONBLOCK: a FIFO planted at the name is never waited on
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    os.close(fd)
-                    raise OSError(errno.EINVAL, "not a regular file")
+                status = os.fstat(fd)
+                if not stat.S_ISREG(status.st_mode) or status.st_nlink != 1:  # a hard link: its pid would overwrite
+                    os.close(fd)                                              # another file
+                    raise OSError(errno.EINVAL, "not a file of its own")
             except OSError as error:
                 raise ConfigError(f"{which}: cannot lock {self.path} ({error.strerror}); is {run_dir} a run "
-                                  "directory you can write in? (remove a .lock that is not a file)") from None
+                                  "directory you can write in? (remove a .lock that is not a file of its own)"
+                                  ) from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

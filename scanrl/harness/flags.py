@@ -153,6 +153,11 @@ def check_paths(config):
                              or "\0" in name):
         raise ConfigError(f"--run-name {name!r} must be one directory name (no '/', not '.' or '..'); the run "
                           "directory is <out-dir>/<run-name>: use --out-dir for the parent")
+    for which, path in (("--run-name", name), ("--out-dir", config.out_dir)):
+        if path is not None and any(ord(c) < 32 or ord(c) == 127 for c in path):  # a newline splits every line
+            raise ConfigError(f"{which} {path!r} holds a control character (a newline, a tab); name it without")
+    if name is not None and len(os.fsencode(name)) > 255:  # the longest file name Linux and macOS take
+        raise ConfigError(f"--run-name is {len(os.fsencode(name))} bytes long; a directory name takes at most 255")
     if config.resume is None and config.eval is None:
         require_writable_dir(config.out_dir, "--out-dir")
     if config.gif is not None:

@@ -1,6 +1,8 @@
 """Stopping a run where a chunk ends: on Ctrl-C or SIGTERM, and when training produced a NaN or an infinity."""
 
+import errno
 import os
+import re
 import shlex
 import signal
 import sys
@@ -34,9 +36,16 @@ def learned_finite(runner):
 def write_failed(error: OSError, script, run_dir):
     """RunStopped (exit 1) for a failed write (disk full, read-only, ...): one line naming the file, the cause and
     how to go on (--resume starts from the newest intact checkpoint and rebuilds metrics.csv)."""
-    where = f" {error.filename}" if error.filename else ""
-    return RunStopped(f"error: cannot write{where}: {error.strerror or error}; training stopped, the checkpoints "
-                      f"written so far are kept; make room (or fix permissions), then continue with: python {script} "
+    path = error.filename2 or error.filename  # a file replaced by its temporary: the file, not the temporary
+    if path and re.fullmatch(r"\..+\.[0-9a-f]{12}\.tmp", os.path.basename(path)):  # files.replaced's temporaries
+        path = os.path.join(os.path.dirname(path), os.path.basename(path)[1:-17])
+    cause = error.errno or next((code for code, words in ((errno.ENOSPC, "No space left"), (errno.EDQUOT, "quota"),
+                                                          (errno.EROFS, "Read-only")) if words in str(error)), None)
+    fix = {errno.ENOSPC: "make room", errno.EDQUOT: "make room", errno.EROFS: "make it writable"}.get(
+        cause, "fix its permissions (chmod u+w, chattr -i)" if cause in (errno.EACCES, errno.EPERM) else
+        "make room (or fix permissions)")
+    return RunStopped(f"error: cannot write{' ' + str(path) if path else ''}: {error.strerror or error}; training "
+                      f"stopped, the checkpoints written so far are kept; {fix}, then continue with: python {script} "
                       f"--resume {shlex.quote(run_dir)}", 1, abandon=True)
 
 

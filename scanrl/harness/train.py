@@ -104,6 +104,8 @@ def check_divergence(job, history, metrics, start):
     names = [f.name for f in dataclasses.fields(job.config)
              if f.name in ("learning_rate", "max_grad_norm") or f.name.endswith("_lr")] or ["learning_rate"]
     hint = "Lower " + " or ".join(flag(name) for name in names)
+    if ":" in job.config.env:  # your own env (module:name) may be where the NaN came from
+        hint += f", or check that --env {job.config.env} returns finite observations and rewards"
     flags, num_points = metrics["nonfinite"], len(job.points)
     by_point = flags.reshape(num_points, job.config.num_seeds, -1).any(axis=1)  # (points, iterations)
     now = by_point.any(axis=1)
