@@ -116,7 +116,10 @@ def num_iterations(config: Config) -> int:
 
 
 def linear_epsilon(config: Config, env_steps):
-    """Epsilon after `env_steps` env steps: linear from start_e to end_e, then flat."""
+    """Epsilon after `env_steps` env steps: linear from start_e to end_e, then flat. A constant one (start_e ==
+    end_e, neither swept) reads no exploration_fraction, so a sweep of it is refused rather than training alike."""
+    if isinstance(config.start_e, float) and isinstance(config.end_e, float) and config.start_e == config.end_e:
+        return jnp.full(jnp.shape(env_steps), config.start_e, jnp.float32)
     decay_steps = jnp.maximum(1.0, config.exploration_fraction * config.total_timesteps)
     frac = jnp.clip(env_steps / decay_steps, 0.0, 1.0)
     return config.start_e + frac * (config.end_e - config.start_e)

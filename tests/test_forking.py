@@ -18,12 +18,10 @@ from conftest import ROOT
 from scanrl import harness
 from scanrl.harness import contract
 
-# Per case: flags of a tiny run where each numeric field shows its effect (the tabular learner with exploration
-# that decays, start-e above end-e, and episodes long enough to find the goal: with constant epsilon a sweep of
-# exploration_fraction would train alike, which the contract reports).
+# Per case: flags of a tiny run. The tabular learner runs bare: its tiny run learns nothing at first (no episode
+# reaches the goal), so the contract shows its fields' effects in a longer run.
 CONTRACT_FLAGS = {case: cli_flags(tiny) for case, (_, tiny, _) in CASES.items()}
-CONTRACT_FLAGS["tabular_q"] = ["--agent", "tabular", "--start-e", "0.5", "--num-steps", "5000",
-                               "--total-timesteps", "20000"]
+CONTRACT_FLAGS["tabular_q"] = []
 # Scripts whose contract runs here but which cases.CASES does not (yet) hold: case -> (module, tiny run).
 CONTRACT_ONLY = {"sac": ("sac", dict(total_timesteps=1024, update_every=32, log_every=1, learning_starts=256,
                                      batch_size=64, hidden_size=32, num_seeds=2, eval_episodes=2))}

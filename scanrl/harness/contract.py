@@ -10,7 +10,8 @@ otherwise; longer where the script's own checks refuse so short a run, as sac.py
   state);
 - `--eval` reproduces the summary's eval returns (the policy the harness evaluates is the one trained);
 - each numeric field of the script's own sets the program's shape, or changes the metrics when swept (one program, a
-  point per field against the base point), or is read nowhere with this config (e.g. another learner's field).
+  point per field against the base point; a second value, then a run 16 times as long, for a field that showed no
+  effect), or is read nowhere with this config (e.g. another learner's field).
 Prints one line per check; exits 0 when all pass, 1 otherwise, 2 for flags the script refuses. The flags after the
 script are its own (`--env Acrobot-v1 --num-envs 2`).
 """
@@ -226,10 +227,13 @@ def check_fields(module, config):
         else:
             left[name] = others
     changed = []
-    for attempt in range(2):  # a tiny run may not show a value's effect: a second value for those that showed none
+    # A tiny run may not show a value's effect: a second value for the fields that showed none, then a run 16 times as
+    # long (a tabular learner that has not yet reached its goal has learned nothing a learning rate could change).
+    for attempt, longer in ((0, 1), (1, 1), (0, 16)):
         values = {k: v[attempt] for k, v in left.items() if len(v) > attempt}
         if values:
-            shown = changed_metrics(algorithm, config, values)
+            run = dataclasses.replace(config, total_timesteps=longer * config.total_timesteps)
+            shown = changed_metrics(algorithm, run, values)
             changed += shown
             left = {k: v for k, v in left.items() if k not in shown}
     # No effect: read nowhere (what --sweep refuses), or read to no effect (a failure).
