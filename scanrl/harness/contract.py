@@ -287,8 +287,12 @@ def main(argv=None) -> int:
                   file=sys.stderr)
             return 2
         whole = os.path.join(tmp, "whole")
+        iterations = algorithm.num_iterations(config)
+        longer = (f" ({iterations} iterations: the script's checks refuse fewer; flags that shorten what it needs, "
+                  "e.g. --learning-starts, make the check faster)") if iterations > 4 and "--total-timesteps" not in \
+            " ".join(argv[1:]) else ""
         print(f"contract of {algorithm.script}: {config.num_seeds} seeds x {config.total_timesteps} steps on "
-              f"{config.env} in {config.num_chunks} chunks", flush=True)
+              f"{config.env} in {config.num_chunks} chunks{longer}", flush=True)
         checks = [
             ("make_train(Config(...)) makes one agent's run", lambda: check_make_train(module, config)),
             ("a run", lambda: (run_main(module, config), "")[1]),
