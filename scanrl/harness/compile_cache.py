@@ -115,12 +115,12 @@ def start(flag: str | None) -> str | None:
         return None
     path = os.path.join(os.path.abspath(os.path.expanduser(root)), machine_tag())
     try:
-        umask = os.umask(0o077)  # every folder made on the way (~/.cache/scanrl too) is this user's alone
-        try:
-            os.makedirs(path, mode=0o700, exist_ok=True)
-        finally:
-            os.umask(umask)
-        for folder in (os.path.dirname(path), path):  # checked before anything is made in it
+        for folder in (os.path.dirname(path), path):  # each checked before anything is made in it
+            umask = os.umask(0o077)  # every folder made on the way (~/.cache/scanrl too) is this user's alone
+            try:
+                os.makedirs(folder, mode=0o700, exist_ok=True)
+            finally:
+                os.umask(umask)
             status = os.stat(folder)
             if status.st_uid != os.getuid() or status.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
                 whose = "writable by others" if status.st_uid == os.getuid() else "not yours"

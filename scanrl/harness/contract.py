@@ -147,7 +147,7 @@ def check_resume(module, config, whole):
     for step in steps[len(steps) // 2:]:
         shutil.rmtree(os.path.join(cut, "checkpoints", str(step)))
     os.remove(os.path.join(cut, "summary.json"))
-    run_main(module, dataclasses.replace(module.ALGORITHM.config(), resume=cut, env=config.env))
+    run_main(module, module.ALGORITHM.config(resume=cut, env=config.env))  # as `--resume cut --env ...` makes it
     if Path(whole, "metrics.csv").read_bytes() != Path(cut, "metrics.csv").read_bytes():
         raise ContractFailure("metrics.csv of the resumed run differs from the uninterrupted run's")
     expected, got = (json.loads(Path(d, "summary.json").read_text()) for d in (whole, cut))
@@ -162,7 +162,7 @@ def check_resume(module, config, whole):
 
 def check_eval(module, config, whole):
     expected = [f"{r:.2f}" for r in json.loads(Path(whole, "summary.json").read_text())["eval_return"]]
-    printed = run_main(module, dataclasses.replace(module.ALGORITHM.config(), eval=whole, env=config.env))
+    printed = run_main(module, module.ALGORITHM.config(eval=whole, env=config.env))
     means = [line.split("mean ")[1].split()[0] for line in printed.splitlines() if line.startswith("seed ")]
     if means != expected:
         raise ContractFailure(f"--eval's means {means}, summary.json's eval_return {expected}")
