@@ -18,7 +18,7 @@ from scanrl.harness.checkpoints import Checkpoints, require_checkpoints_for_prog
 from scanrl.harness.evaluation import eval_policy, evaluation_keys
 from scanrl.harness.files import RunLock
 from scanrl.harness.flags import ConfigError, check_flags, check_paths, description
-from scanrl.harness.job import compile_job, env_failure, plan, run_evaluation
+from scanrl.harness.job import awake, compile_job, env_failure, plan, run_evaluation
 from scanrl.harness.memory import size_flags
 from scanrl.harness.saved import given_fields, read_run_config, resumed_config, trained_fields
 from scanrl.harness.stops import RunStopped, StopRequest
@@ -172,7 +172,7 @@ def evaluate_run(algorithm, config, stop=None):
         raise ConfigError(f"--eval: {config.eval} has no checkpoint in checkpoints/ yet; it was stopped or killed "
                           "before its first chunk ended: --resume it")
     runner, _, done = restored
-    _, evaluation, _ = compile_job(job, training=False)
+    _, evaluation, _ = awake(compile_job, job, False)
 
     def stopped(signum):
         return RunStopped(f"{signum.name}: the evaluation stopped; nothing was written", 128 + signum, abandon=True)

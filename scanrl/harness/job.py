@@ -4,6 +4,7 @@ run piece by piece. Training, --resume, --eval and the contract check are comman
 
 import dataclasses
 import itertools
+import threading
 import time
 
 import jax
@@ -50,12 +51,14 @@ def run_pieces(compiled, job, runner, start, end, progress, stop=None, deadline=
     while start < end:
         runner, rows = compiled(on_agents(runner, job.sharding), np.int32(start), job.swept)  # not awaited
         if progress is not None and pieces:
+            wait_ready(pieces[-1][1])  # the next piece is queued meanwhile
             progress.show(pieces[-1][0], job.length, pieces[-1][1])
         pieces.append((start, rows))
         start += job.length
         due = time.perf_counter() > deadline or (stop is not None and bool(stop.signal))
         if start < end and any_process(int(due)):
             break
+    wait_ready(pieces[-1][1])
     if progress is not None:
         progress.show(pieces[-1][0], job.length, pieces[-1][1])
     gathered = gather([rows for _, rows in pieces])
@@ -76,6 +79,26 @@ def wait_ready(tree, stop=None, stopped=None):
                 raise stopped(stop.signal)
             time.sleep(pause)
             pause = min(2 * pause, 0.02)  # at most 20 ms late; the next piece is queued meanwhile
+
+
+def awake(fn, *args):
+    """`fn(*args)` (a compile) in a thread while this, the main thread, stays awake: Python runs a signal's handler
+    only in the main thread, between bytecodes, and XLA's compile holds it for seconds to minutes."""
+    done = {}
+
+    def run():
+        try:
+            done["value"] = fn(*args)
+        except BaseException as error:  # noqa: BLE001 - handed to the main thread as it is
+            done["error"] = error
+
+    thread = threading.Thread(target=run, daemon=True)  # a process that exits does not wait for it
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.05)
+    if "error" in done:
+        raise done["error"]
+    return done["value"]
 
 
 def run_evaluation(evaluation, job, runner, stop=None, stopped=None, what="the final evaluation"):

@@ -22,7 +22,7 @@ from scanrl.harness.agents import (
 )
 from scanrl.harness.checkpoints import Checkpoints
 from scanrl.harness.flags import ConfigError, flag
-from scanrl.harness.job import compile_job, plan, run_evaluation, run_pieces
+from scanrl.harness.job import awake, compile_job, plan, run_evaluation, run_pieces
 from scanrl.harness.metrics import Progress, plural
 from scanrl.harness.rundir import RunDirectory
 from scanrl.harness.stops import RunStopped, StopRequest, callback_failure, nonfinite_stop, write_failed
@@ -136,11 +136,13 @@ def train(algorithm, config, points, exit_process=False):
                 run_dir = RunDirectory(algorithm, config, points, job.lead)  # claimed, config.json written, owned
                 if job.lead:
                     print(describe_run(job, run_dir), flush=True)
+                stop.doing, doing = "stopping once compiled, before any training", stop.doing
                 try:
-                    compiled, evaluation, compile_s = compile_job(job)
+                    compiled, evaluation, compile_s = awake(compile_job, job)
                 except ConfigError:
                     run_dir.give_up()  # a new run that cannot start leaves nothing behind
                     raise
+                stop.doing = doing
                 signum = any_process(stop.signal or 0)
                 if signum:  # during compilation: nothing trained yet, nothing to wait for
                     raise RunStopped(f"{signal.Signals(signum).name}: stopped while compiling, before any training: "
