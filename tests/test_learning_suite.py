@@ -490,6 +490,7 @@ def test_the_runner_writes_no_file_through_a_planted_link(tmp_path, monkeypatch)
     (lambda text: json.dumps({**json.loads(text), "summary": {**json.loads(text)["summary"], "eval_return": "high"}}),
      '"summary.eval_return" is a string, not a list of numbers'),
     (lambda text: json.dumps({**json.loads(text), "run": {"machine": {"cores": 2}}}), '"run.machine" has no "cpu"'),
+    (lambda text: json.dumps({**json.loads(text), "run": {"commit": 1234}}), '"run.commit" is a number, not a string'),
     (lambda text: json.dumps({**json.loads(text), "curve": {"env_steps": [1, 2], "episode_return": [[1.0]]}}),
      '"curve.episode_return" is not a list of rows of 2 numbers'),
 ])
