@@ -478,7 +478,12 @@ def test_the_runner_writes_no_file_through_a_planted_link(tmp_path, monkeypatch)
     for path in written:
         assert path.is_file() and not path.is_symlink(), path
     assert json.loads(machine_file.read_text())["sampled_eval"] == {"episodes": 3, "per_seed": [1.5, 2.5]}
-    assert json.loads((records / "ppo-cart.json").read_text())["run"]["machine"]["cpu"] == "a CPU"
+    run = json.loads((records / "ppo-cart.json").read_text())["run"]
+    assert run["machine"]["cpu"] == "a CPU"
+    # The runner writes where the numbers come from with every run it finishes (test_a_record_says_where_...).
+    assert run["seeds"] == [0, 1] and set(run) >= {"commit", "dirty", "versions"}
+    assert run["command"] == ("python ppo.py --env CartPole-v1 --total-timesteps 1000 --num-seeds 2 --seed 0 "
+                              "--out-dir '<outside the repository>' --run-name ppo-cart")
 
 
 @pytest.mark.parametrize("mangle, wrong", [
