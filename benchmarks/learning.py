@@ -12,6 +12,7 @@ Each entry runs its script in a subprocess as a user would, and the run director
     python benchmarks/learning.py --suite full --only ppo-Breakout-MinAtar,dqn-Breakout-MinAtar --record
     python benchmarks/learning.py --suite quick --report-only         # rebuild table and plots from the runs
     python benchmarks/learning.py --suite quick --random-scores       # measure the random-policy scores
+    python benchmarks/learning.py --suite quick --verify tabular-GridWorld-v0 --verify-seeds 3  # re-train a row
 
 An entry whose run directory holds summary.json is not run again; one whose run stopped before its summary (Ctrl-C,
 a kill) is continued with the script's `--resume`. A run directory made with another env, budget, seed count, seed or
@@ -30,6 +31,13 @@ outside it as null), a committed report names no folder outside it. A record tha
 record's shape is refused with one line naming it and what is wrong (exit 2), never skipped: skipping it would
 rerun hours of training, or drop the entry from the table, without a word. Every file the runner writes goes through
 scanrl.harness.files.replaced (atomic, never through a link planted at its name).
+
+A record also says where its numbers come from, written by the runner as it runs the entry: the commit and whether
+the tracked files differed from it, the script's exact command, the machine (CPU model and cores; GPU name and driver
+where nvidia-smi answers), the library versions and the seeds; summary.json keeps compile and training seconds apart.
+Records made before these were kept read as before, and the report shows "not recorded" for what they lack.
+`--verify ENTRY` trains the entry again from its record's command (`--verify-seeds N`: on N seeds) into
+runs/verify/<suite>/ and says in one line whether the new eval IQM falls inside the record's interval.
 
 The report comes with, per algorithm, learning_<suite>_<algo>_curves.png (IQM of the episode return over seeds
 against env steps, 95% band, one panel per env) and learning_<suite>_<algo>_profile.png (the fraction of runs above
@@ -53,6 +61,7 @@ from benchmarks.suite.repository import shown  # noqa: E402
 from benchmarks.suite.runner import run_entries  # noqa: E402
 from benchmarks.suite.scores import print_random_scores  # noqa: E402
 from benchmarks.suite.suites import SUITES  # noqa: E402
+from benchmarks.suite.verify import verify  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -87,6 +96,12 @@ class Args:
     """run nothing: print a uniformly random policy's mean return on each env of the (selected) entries"""
     random_episodes: int = 1000
     """episodes per env for --random-scores"""
+    verify: str | None = None
+    """train this entry again from its record's command (in runs/verify/<suite>/, or --out-dir) and say in one line
+    whether the new eval IQM falls inside the record's 95% interval, and how long it took beside the record's time;
+    exit 0 inside, 1 outside. Writes no committed file"""
+    verify_seeds: int | None = None
+    """with --verify: this many seeds (--seed upward) instead of the record's"""
 
 
 def check_args(args):
@@ -119,6 +134,11 @@ def main(args: Args) -> int:
         if args.random_scores:
             print_random_scores(chosen, args.random_episodes)
             return 0
+        if args.verify is not None:
+            (e,) = select(entries, (args.verify,))
+            records = args.records or os.path.join(repository.ROOT, "benchmarks", "results", "records", suite_name)
+            return verify(e, records, args.out_dir or os.path.join(repository.ROOT, "runs", "verify", suite_name),
+                          args.verify_seeds)
         out_dir = os.path.abspath(args.out_dir or os.path.join(repository.ROOT, "runs", "learning", suite_name))
         # The committed files (records, report) are written by a full run or when asked (--record); the committed
         # records are read by any run in the default out dir. An explicit --records or --results is asked for.

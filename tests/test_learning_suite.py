@@ -4,6 +4,7 @@ runs a tiny suite through the scripts, reruns nothing that finished, resumes wha
 import dataclasses
 import glob
 import importlib
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -31,7 +32,7 @@ from benchmarks.suite.entries import (
 )
 from benchmarks.suite.records import MACHINE_FILE, read_curve, read_record, write_record
 from benchmarks.suite.report import fmt, iqm_cell, read_result, report_path, write_report
-from benchmarks.suite.runner import SUITE_PACKAGES, check_run_dir, envs_missing, run_entries
+from benchmarks.suite.runner import SUITE_PACKAGES, check_run_dir, command, envs_missing, provenance, run_entries
 from benchmarks.suite.suites import FEWER_SEEDS, SUITES
 from scanrl import harness
 from scanrl.harness import aggregate
@@ -64,7 +65,8 @@ def curve_rows(num_seeds, iterations=6):
 
 
 def table_row(text, name):
-    (row,) = [line for line in text.splitlines() if line.startswith(f"| {name} |")]
+    """The entry's row of the first table in `text` that has one (the results come before where each comes from)."""
+    row = next(line for line in text.splitlines() if line.startswith(f"| {name} |"))
     return [cell.strip() for cell in row.strip("|").split("|")]
 
 
@@ -106,7 +108,7 @@ def test_report_numbers_come_from_the_run_directories(fabricated, tmp_path):
     assert 100 <= low <= 250 <= high <= 400
     assert cart[5].startswith(f"{loop_iqm([90.0, 190.0, 280.0, 300.0, 500.0]):.4g} [")  # final: 256.7
     assert cart[6] == f"250 ± {np.std([100, 200, 300, 400]):.4g}" and cart[7] == "100"
-    assert cart[2:4] == ["5", "1,000"] and cart[8:12] == ["12", "1.5", "490.04 ± 6.12", "CleanRL docs"]
+    assert cart[2:4] == ["5 (0-4)", "1,000"] and cart[8:12] == ["12", "1.5", "490.04 ± 6.12", "CleanRL docs"]
     assert "Not in the table (no summary.json or record yet): pqn-cart" in text
 
     # Breakout has no published high: the best eval IQM on it (dqn's 10) is 1, the random policy's score 0.
@@ -161,13 +163,20 @@ def test_suite_entries_are_runnable_as_written(suite):
     the script resolves to, and its normalisation range and reference are filled in."""
     entries = SUITES[suite]
     check_entries(entries)
+    checked = set()
     for e in entries:
         if envs_missing(e.env):
             continue
+        # Playground's Cartpole tasks share their observation and action shapes: harness.check (1-2.5 s each, it
+        # builds the env) runs once per script, flags and budget over them, which keeps CI inside its time.
+        family = "playground/Cartpole" if e.env.startswith("playground/Cartpole") else e.env
+        key = (e.script, e.flags, family, e.total_timesteps, e.num_seeds)
         module = importlib.import_module(e.script.removesuffix(".py"))
-        config = tyro.cli(module.Config, args=["--env", e.env, "--total-timesteps", str(e.total_timesteps),
-                                               "--num-seeds", str(e.num_seeds), *e.flags])
-        resolved, _ = harness.check(module.ALGORITHM, config)
+        if key not in checked:
+            checked.add(key)
+            config = tyro.cli(module.Config, args=["--env", e.env, "--total-timesteps", str(e.total_timesteps),
+                                                   "--num-seeds", str(e.num_seeds), *e.flags])
+            harness.check(module.ALGORITHM, config)
         assert module.ALGORITHM.name == SCRIPT_ALGO[e.algo], e.name
         assert e.env in SCORE_RANGES and e.low is not None, e.name
         assert e.high is None or e.high > e.low, e.name
@@ -469,7 +478,12 @@ def test_the_runner_writes_no_file_through_a_planted_link(tmp_path, monkeypatch)
     for path in written:
         assert path.is_file() and not path.is_symlink(), path
     assert json.loads(machine_file.read_text())["sampled_eval"] == {"episodes": 3, "per_seed": [1.5, 2.5]}
-    assert json.loads((records / "ppo-cart.json").read_text())["run"]["machine"]["cpu"] == "a CPU"
+    run = json.loads((records / "ppo-cart.json").read_text())["run"]
+    assert run["machine"]["cpu"] == "a CPU"
+    # The runner writes where the numbers come from with every run it finishes (test_a_record_says_where_...).
+    assert run["seeds"] == [0, 1] and set(run) >= {"commit", "dirty", "versions"}
+    assert run["command"] == ("python ppo.py --env CartPole-v1 --total-timesteps 1000 --num-seeds 2 --seed 0 "
+                              "--out-dir '<outside the repository>' --run-name ppo-cart")
 
 
 @pytest.mark.parametrize("mangle, wrong", [
@@ -481,6 +495,7 @@ def test_the_runner_writes_no_file_through_a_planted_link(tmp_path, monkeypatch)
     (lambda text: json.dumps({**json.loads(text), "summary": {**json.loads(text)["summary"], "eval_return": "high"}}),
      '"summary.eval_return" is a string, not a list of numbers'),
     (lambda text: json.dumps({**json.loads(text), "run": {"machine": {"cores": 2}}}), '"run.machine" has no "cpu"'),
+    (lambda text: json.dumps({**json.loads(text), "run": {"commit": 1234}}), '"run.commit" is a number, not a string'),
     (lambda text: json.dumps({**json.loads(text), "curve": {"env_steps": [1, 2], "episode_return": [[1.0]]}}),
      '"curve.episode_return" is not a list of rows of 2 numbers'),
 ])
@@ -501,3 +516,62 @@ def test_a_record_of_the_wrong_shape_exits_2_with_one_line(fabricated, tmp_path,
         assert line.startswith(f"error: {path} cannot be read (") and wrong in line, line
         assert line.endswith("): delete it to run ppo-cart again")
     assert not (tmp_path / "learning.md").exists()
+
+
+def test_a_record_says_where_its_numbers_come_from(fabricated, tmp_path):
+    """The runner takes the commit (and whether the tracked files differed from it), the script's command as a user
+    types it (no folder of one machine), the library versions and the seeds as the run starts; the report shows them
+    per row with a link to the record, and "not recorded" for a record made before these were kept."""
+    out_dir, entries = fabricated
+    e = entries[0]
+    origin = provenance(command(e, str(repository.ROOT) + "/runs/learning/fake", str(tmp_path / "none")))
+    assert re.fullmatch(r"[0-9a-f]{40}", origin["commit"]) and isinstance(origin["dirty"], bool)
+    assert origin["command"] == ("python ppo.py --env CartPole-v1 --total-timesteps 1000 --num-seeds 5 --seed 0 "
+                                 "--out-dir runs/learning/fake --run-name ppo-cart")
+    assert origin["versions"]["jax"] == importlib.metadata.version("jax")
+    outside = provenance(command(e, str(tmp_path), str(tmp_path / "none")))["command"]
+    assert "--out-dir '<outside the repository>'" in outside and str(tmp_path) not in outside
+
+    records = tmp_path / "records"
+    machine = {"cpu": "a CPU", "cores": 2, "backend": "gpu", "devices": ["H100"], "jax": "0", "python": "3",
+               "gpus": [{"name": "H100", "driver": "550.1"}]}
+    (out_dir / e.name / MACHINE_FILE).write_text(json.dumps({"machine": machine, **origin, "dirty": True,
+                                                             "seeds": [0, 1, 2, 3, 4], "wall_s": 3.0}))
+    write_record(e, str(out_dir / e.name), str(records))
+    write_record(entries[1], str(out_dir / entries[1].name), str(records))  # an old record: no provenance
+    report = tmp_path / "report" / "learning_fake.md"
+    write_report("fake", entries, str(tmp_path / "gone"), str(report), records=str(records))
+    text = report.read_text()
+    assert text.count("the bootstrap resamples seeds, the unit of replication") == 1
+    new, old = table_row(text.split("## Where each row")[1], e.name), \
+        table_row(text.split("## Where each row")[1], entries[1].name)
+    assert new[1] == f"[ppo-cart.json]({os.path.relpath(records, report.parent)}/ppo-cart.json)"
+    assert new[2] == f"`{origin['commit'][:12]}` (dirty)" and new[3] == f"`{origin['command']}`"
+    assert new[4] == "a CPU (2 cores), 1 x H100 (driver 550.1), jax 0 (gpu)" and "jax " in new[5]
+    assert old[2:6] == ["not recorded"] * 4
+    assert table_row(text, entries[1].name)[2] == "4 (0-3)"
+
+
+def test_verify_retrains_a_committed_entry(tmp_path, capfd):
+    """The cheapest committed entry (tabular Q on GridWorld) trained again from its record's command, through the
+    script's command line, on 2 seeds: one line, inside the record's interval, and no committed file touched."""
+    results = os.path.join(repository.ROOT, "benchmarks", "results")
+    stamps = {p: os.stat(p).st_mtime_ns for p in glob.glob(os.path.join(results, "**"), recursive=True)}
+    args = learning.Args(suite="quick", verify="tabular-GridWorld-v0", verify_seeds=2, out_dir=str(tmp_path / "runs"))
+    assert learning.main(args) == 0
+    out = capfd.readouterr().out
+    assert "verify tabular-GridWorld-v0: the record's command, 2 seeds: python dqn_tabular_q.py --env " \
+           "GridWorld-v0" in out
+    (line,) = [line for line in out.splitlines() if line.startswith("verify tabular-GridWorld-v0: PASS")]
+    assert "eval IQM 1 over seeds 0, 1 is inside the record's 95% interval [1, 1]" in line
+    assert "against the record's" in line and "seeds 0-9" in line
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert json.loads((run_dir / "config.json").read_text())["num_seeds"] == 2
+    assert stamps == {p: os.stat(p).st_mtime_ns for p in glob.glob(os.path.join(results, "**"), recursive=True)}
+
+
+def test_verify_without_a_record_exits_2_with_one_line(tmp_path, capsys):
+    args = learning.Args(suite="quick", verify="ppo-CartPole-v1", records=str(tmp_path), out_dir=str(tmp_path))
+    assert learning.main(args) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: --verify ppo-CartPole-v1: no record at ") and "nothing to check against" in line

@@ -6,6 +6,7 @@
     records.py     a finished entry's committed record, and the checks that a run or record is the entry's
     repository.py  the repository root, and paths as messages and committed files name them
     scores.py      a uniformly random policy's returns (`--random-scores`)
-    report.py      the markdown report from the run directories and records
+    report.py      the markdown report from the run directories and records, with where each row comes from
+    verify.py      `--verify ENTRY`: an entry trained again from its record's command, checked against its interval
     plots.py       the report's learning curves and performance profiles
 """

@@ -161,6 +161,13 @@ def record_problem(record) -> str | None:
         for key in ("cpu", "cores", "jax"):
             if key not in machine:
                 return f'"run.machine" has no "{key}"'
+    for key, kind, ok in (("commit", "a string", lambda v: isinstance(v, str)),
+                          ("dirty", "a boolean", lambda v: isinstance(v, bool)),
+                          ("command", "a string", lambda v: isinstance(v, str)),
+                          ("versions", "an object", lambda v: isinstance(v, dict)),
+                          ("seeds", "a list of numbers", _numbers)):
+        if run.get(key) is not None and not ok(run[key]):  # absent or null: a record made before they were kept
+            return f'"run.{key}" is {_kind(run[key])}, not {kind}'
     sampled = run.get("sampled_eval")
     if sampled is not None and not (isinstance(sampled, dict) and _number(sampled.get("episodes"))
                                     and _numbers(sampled.get("per_seed"))):

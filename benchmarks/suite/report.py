@@ -77,7 +77,37 @@ def iqm_cell(returns):
 def describe_machine(m: dict) -> str:
     devices = m.get("devices") or []
     accel = "" if m.get("backend") in ("cpu", None) else f", {len(devices)} x {devices[0] if devices else '?'}"
+    gpus = m.get("gpus") or []
+    if gpus:  # nvidia-smi's name and driver, where the runner found it
+        accel += f" (driver {', '.join(dict.fromkeys(g.get('driver', '?') for g in gpus))})"
     return f"{m['cpu']} ({m['cores']} cores){accel}, jax {m['jax']} ({m.get('backend', '?')})"
+
+
+def seeds_cell(summary) -> str:
+    """The seeds a row was trained on: "0-9" for a run of consecutive seeds, else the list."""
+    seeds = summary.get("seeds")
+    if not isinstance(seeds, list) or not seeds:
+        return "not recorded"
+    if seeds == list(range(seeds[0], seeds[0] + len(seeds))) and len(seeds) > 2:
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ", ".join(str(s) for s in seeds)
+
+
+NOT_RECORDED = "not recorded"
+
+
+def provenance_cells(extra: dict) -> list[str]:
+    """A row's commit (with "dirty" where the tracked files differed from it), command, machine and library versions,
+    "not recorded" for each a record made before the runner kept it lacks."""
+    commit = extra.get("commit")
+    if commit:
+        commit = f"`{commit[:12]}`" + (" (dirty)" if extra.get("dirty") else "" if extra.get("dirty") is False
+                                       else " (clean or dirty: not recorded)")
+    versions = extra.get("versions") or {}
+    machine = extra.get("machine")
+    return [commit or NOT_RECORDED, f"`{extra['command']}`" if extra.get("command") else NOT_RECORDED,
+            describe_machine(machine) if machine else NOT_RECORDED,
+            ", ".join(f"{k} {v}" for k, v in versions.items()) or NOT_RECORDED]
 
 
 def normalization(results) -> dict:
@@ -113,6 +143,16 @@ def normalized_matrix(results, ranges):
     return used, left_out, np.stack([c[:n] for c in columns], axis=1)
 
 
+def record_link(e: Entry, records, folder, results_path) -> str:
+    """A markdown link from the report to the entry's record, or "none" where it has none."""
+    path = record_path(records, e)
+    if path is None or not os.path.exists(path):
+        return "none"
+    if inside_repository(path) == inside_repository(results_path):
+        return f"[{e.name}.json]({os.path.relpath(path, folder)})"
+    return f"`{shown(path)}`" if inside_repository(path) else "a folder outside the repository"
+
+
 def write_report(suite_name, entries, out_dir, results_path, suite_flag=None, records=None) -> list[str]:
     """The markdown table and the PNGs from the run directories and records there are; -> the files written.
     `suite_flag`: how the command line named the suite (default `--suite <name>`)."""
@@ -141,7 +181,10 @@ def write_report(suite_name, entries, out_dir, results_path, suite_flag=None, re
              "Returns are the scripts' own: `eval_return` is the deterministic (greedy) policy's return on fresh "
              "episodes after training, `final_return` the mean return of the training episodes that ended in the "
              "last 10% of training, one value per seed. IQM: the mean of the middle 50% of seeds (Agarwal et al. "
-             f"2021), with a 95% stratified-bootstrap interval ({aggregate.INTERVAL_REPS:,} resamples, seed 0). "
+             f"2021), with a 95% stratified-bootstrap interval ({aggregate.INTERVAL_REPS:,} resamples, seed 0): "
+             "the bootstrap resamples seeds, the unit of replication (each seed one independent training run), "
+             "so an interval says how far another set of seeds could move the IQM, not an episode's noise. "
+             "Each row names its seeds. "
              "std is over seeds (ddof 0). train s and compile s are the run's own (train s counts only the last "
              "invocation of a resumed run)."
              + (" The sampled return is the final policies' mean return acting as in training, each action "
@@ -157,10 +200,22 @@ def write_report(suite_name, entries, out_dir, results_path, suite_flag=None, re
         run_sampled = r.extra.get("sampled_eval")
         cell = "" if not sampled else "| - " if not run_sampled else \
             f"| {iqm_cell(np.array(run_sampled['per_seed']))} ({run_sampled['episodes']}) "
-        lines.append(f"| {e.name} | {e.env} | {s['num_seeds']} | {s['env_steps']:,} | {iqm_cell(r.eval_return)} "
+        lines.append(f"| {e.name} | {e.env} | {s['num_seeds']} ({seeds_cell(s)}) | {s['env_steps']:,} "
+                     f"| {iqm_cell(r.eval_return)} "
                      f"| {iqm_cell(r.final_return)} {cell}| {mean_std} | {fmt(ev.min()) if ev.size else '-'} "
                      f"| {fmt(s.get('train_s'), 3)} | {fmt(s.get('compile_s'), 2)} | {e.reference.text} "
                      f"| {e.reference.source} |")
+    if results:
+        lines += ["", "## Where each row comes from", "",
+                  "The record each row is read from (or would be written to), the commit and command that made it, "
+                  "the machine and the library versions, as the runner wrote them when it ran the entry; \"not "
+                  "recorded\" where a record was made before the runner kept that field. Re-train a row and check "
+                  "it: `python benchmarks/learning.py " + suite_flag + " --verify ENTRY` (`--verify-seeds N` for "
+                  "fewer seeds).", "",
+                  "| entry | record | commit | command | machine | libraries |", "|---|---|---|---|---|---|"]
+        for r in results:
+            lines.append(f"| {r.entry.name} | {record_link(r.entry, records, folder, results_path)} | "
+                         + " | ".join(provenance_cells(r.extra)) + " |")
     if missing:
         lines += ["", "Not in the table (no summary.json or record yet): " + ", ".join(
             f"{e.name}{' (GPU only)' if e.gpu_only else ''}" for e in missing)

@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -20,8 +21,9 @@ from .repository import portable, shown
 
 
 def machine() -> dict:
-    """This machine as the report names it: CPU model and cores, JAX's devices and version. JAX is asked in a
-    subprocess, so this process never holds an accelerator the runs need."""
+    """This machine as the report names it: CPU model and cores, JAX's devices and version, and the GPUs' name and
+    driver where nvidia-smi answers. JAX is asked in a subprocess, so this process never holds an accelerator the
+    runs need."""
     cpu = "unknown CPU"
     try:
         with open("/proc/cpuinfo") as f:
@@ -36,8 +38,54 @@ def machine() -> dict:
         jax_info = json.loads(out.stdout.strip().splitlines()[-1])
     except (subprocess.TimeoutExpired, ValueError, IndexError):
         jax_info = {"backend": "unknown", "devices": []}
-    return {"cpu": cpu, "cores": len(os.sched_getaffinity(0)), **jax_info,
-            "jax": importlib.metadata.version("jax"), "python": sys.version.split()[0]}
+    found = {"cpu": cpu, "cores": len(os.sched_getaffinity(0)), **jax_info,
+             "jax": importlib.metadata.version("jax"), "python": sys.version.split()[0]}
+    gpus = _ask(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
+    if gpus:
+        found["gpus"] = [dict(zip(("name", "driver"), (v.strip() for v in line.split(",", 1)), strict=False))
+                         for line in gpus.splitlines() if line.strip()]
+    return found
+
+
+def _ask(cmd) -> str | None:
+    """A command's stdout, stripped; None if it cannot run or fails."""
+    try:
+        done = subprocess.run(cmd, cwd=repository.ROOT, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+# The libraries whose versions a record names (those installed).
+LIBRARIES = ("jax", "jaxlib", "flax", "optax", "distrax", "gymnax", "numpy", "brax", "mujoco_playground", "craftax",
+             "xminigrid")
+
+
+def provenance(cmd) -> dict:
+    """What a record needs to say where its numbers come from, taken as the run starts: the commit and whether the
+    tracked files differed from it (`dirty`; None for both outside a git checkout), the script's exact command line
+    (`shown_command`) and the installed versions of LIBRARIES."""
+    commit = _ask(["git", "rev-parse", "HEAD"])
+    changes = _ask(["git", "status", "--porcelain", "--untracked-files=no"]) if commit else None
+    versions = {}
+    for name in LIBRARIES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return {"commit": commit, "dirty": None if changes is None else bool(changes), "command": shown_command(cmd),
+            "versions": versions}
+
+
+def shown_command(cmd) -> str:
+    """A script's command line as a record keeps it: `python`, then the arguments, a path inside the repository
+    relative to it and one outside it as <outside the repository> (a folder of one machine)."""
+    words = []
+    for word in cmd[1:]:
+        if os.path.isabs(word):
+            word = portable(word) or "<outside the repository>"
+        words.append(shlex.quote(word))
+    return " ".join(["python", *words])
 
 
 def check_run_dir(e: Entry, run_dir):
@@ -50,9 +98,10 @@ def check_run_dir(e: Entry, run_dir):
     check_config(e, config, run_dir)
 
 
-def command(e: Entry, out_dir, run_dir) -> list[str]:
-    """The script's command line for an entry: a fresh run, or --resume of its run directory."""
-    if os.path.isdir(run_dir) and os.listdir(run_dir):
+def command(e: Entry, out_dir, run_dir, fresh=False) -> list[str]:
+    """The script's command line for an entry: a fresh run, or (unless `fresh`) --resume of its run directory where
+    one was started."""
+    if not fresh and os.path.isdir(run_dir) and os.listdir(run_dir):
         return [sys.executable, e.script, "--resume", run_dir]
     return [sys.executable, e.script, "--env", e.env, "--total-timesteps", str(e.total_timesteps), "--num-seeds",
             str(e.num_seeds), "--seed", str(e.seed), "--out-dir", out_dir, "--run-name", e.name, *e.flags]
@@ -119,6 +168,8 @@ def run_entries(entries, out_dir, records=None, write_records=True) -> list[str]
         cmd = command(e, out_dir, run_dir)
         resumed = "--resume" in cmd
         print(f"{head}: {'resuming' if resumed else 'running'}: python {' '.join(cmd[1:])}", flush=True)
+        # The fresh command is the entry's, also when this invocation resumes it (--resume RUN_DIR names no setting).
+        origin = provenance(command(e, out_dir, run_dir, fresh=True))
         start = time.perf_counter()
         process = subprocess.Popen(cmd, cwd=repository.ROOT)
         try:
@@ -135,7 +186,8 @@ def run_entries(entries, out_dir, records=None, write_records=True) -> list[str]
             failed.append(e.name)
             continue
         with replaced(os.path.join(run_dir, MACHINE_FILE)) as f:
-            json.dump({"machine": this_machine, "wall_s": wall_s, "resumed": resumed,
+            json.dump({"machine": this_machine, **origin, "seeds": list(range(e.seed, e.seed + e.num_seeds)),
+                       "wall_s": wall_s, "resumed": resumed,
                        "finished": datetime.datetime.now().isoformat(timespec="seconds")}, f, indent=2)
         print(f"{head}: done in {wall_s:.0f} s", flush=True)
         if not evaluate_sampled(e, run_dir, head):
