@@ -1,4 +1,4 @@
-"""ppo_trxl.py: the transformer's window of past embeddings empties exactly where an episode starts and holds no more
+"""ppo_trxl.py: the transformer's window of past steps empties exactly where an episode starts and holds no more
 than --memory-length of them, the config refuses heads that do not divide the embedding, and it learns what needs
 memory (slow): CartPole without velocities and MemoryChain, on fixed seeds."""
 
@@ -52,7 +52,7 @@ def test_memory_empties_exactly_at_episode_starts(discrete):
     assert not np.allclose(values_changed[:5, 1], values[:5, 1])
 
 
-def test_the_window_holds_the_last_memory_length_embeddings():
+def test_the_window_holds_the_last_memory_length_steps():
     """Transformer-XL's memory is a window: with --memory-length 3 an observation 4 steps back changes nothing, one
     3 steps back changes the output."""
     rng = np.random.default_rng(1)
