@@ -1,11 +1,13 @@
-"""PPO with memory: ppo.py's clipped objective and GAE (Schulman et al. 2017) with a GRU between an MLP encoder and
-the actor and critic heads (PureJaxRL's ppo_rnn), for tasks one observation cannot solve: CartPole without its
-velocities, MemoryChain, partially observable suites. Discrete and continuous actions.
+"""PPO with memory: ppo.py's clipped objective and GAE (Schulman et al. 2017) with a recurrent cell between an MLP
+encoder and the actor and critic heads (PureJaxRL's ppo_rnn), for tasks one observation cannot solve: CartPole
+without its velocities, MemoryChain, partially observable suites. Discrete and continuous actions. The cell (--cell):
+a GRU (the default), an LSTM, each scanned step by step, or a linear recurrent unit (LRU, Orvieto et al. 2023) whose
+recurrence over a whole rollout is one jax.lax.associative_scan, parallel in time, episode starts inside its operator.
 
     python ppo_rnn.py --env CartPole-v1-masked --num-seeds 4
-    python ppo_rnn.py --env MemoryChain-bsuite
+    python ppo_rnn.py --env MemoryChain-bsuite --cell lru
 
-What memory adds to ppo.py, in the order it runs: the runner carries the GRU's memory and which envs start an
+What memory adds to ppo.py, in the order it runs: the runner carries the cell's memory and which envs start an
 episode; the memory resets to zeros where an episode starts; the rollout keeps the memory it started from and the
 update replays whole env sequences from it (minibatches are envs, not shuffled time steps: truncated backprop
 through the rollout); a truncated episode bootstraps from its final observation seen with its own memory. The
@@ -74,8 +76,12 @@ class Config(harness.Flags):
     # network
     hidden_size: int = 64
     """width of the encoder layer and of the actor's and critic's hidden layers"""
+    cell: str = "gru"
+    """the memory: gru, lstm (each a sequential scan over time) or lru (a linear recurrent unit on a parallel
+    associative scan, Orvieto et al. 2023); --sweep cell=gru,lstm,lru compares them in one program"""
     gru_size: int = 64
-    """size of the GRU's memory"""
+    """size of the cell: the GRU's or LSTM's hidden units, the LRU's complex state (the name is kept from when the
+    GRU was the only cell, so saved runs still load)"""
     activation: str = "tanh"
     """hidden activation: tanh or relu"""
 
@@ -96,25 +102,111 @@ class ResetGRU(nn.Module):
         return nn.GRUCell(features=self.size)(memory, inputs)
 
 
-class ActorCriticGRU(nn.Module):
+class ResetLSTM(nn.Module):
+    """One step of flax.linen's LSTM cell (Hochreiter & Schmidhuber 1997), reset like ResetGRU. Its memory is the
+    cell state and the hidden state side by side in one array (2 x size), so every memory stays one array."""
+
+    size: int
+
+    @nn.compact
+    def __call__(self, memory, step):
+        inputs, start = step
+        memory = jnp.where(start[:, None], 0.0, memory)
+        (c, h), y = nn.OptimizedLSTMCell(features=self.size)((memory[:, :self.size], memory[:, self.size:]), inputs)
+        return jnp.concatenate([c, h], axis=-1), y
+
+
+def reset_linear_recurrence(a, b, start, memory):
+    """h_t = a_t * h_{t-1} + b_t along axis 0 (time) from h_{-1} = `memory`, with h_{t-1} taken as zeros where
+    `start[t]` is set, as one `jax.lax.associative_scan`: parallel in time (log-depth), not a loop of num_steps.
+
+    The reset lives in the elements the scan combines, not in how the sequence is split: a start sets that step's
+    multiplier a_t to 0, and the operator (a1, b1) then (a2, b2) = (a1 a2, a2 b1 + b2), composition of the affine maps
+    h -> a h + b, is associative whatever the a's are, so an element with a = 0 forgets everything before it.
+    Returns every h_t (time, ...)."""
+    a = jnp.where(start[..., None], 0.0, a)
+    b = b.at[0].add(a[0] * memory)  # h_{-1} folded into the first element
+
+    def compose(earlier, later):
+        a1, b1 = earlier
+        a2, b2 = later
+        return a1 * a2, a2 * b1 + b2
+
+    return jax.lax.associative_scan(compose, (a, b))[1]
+
+
+class LRU(nn.Module):
+    """The Linear Recurrent Unit (Orvieto et al. 2023, "Resurrecting Recurrent Neural Networks for Long Sequences"):
+    a diagonal complex linear recurrence h_t = lambda * h_{t-1} + gamma * (B x_t), read out as y_t = Re(C h_t) +
+    D * x_t. Linear in h, so a whole sequence is one associative scan (reset_linear_recurrence); |lambda| < 1 by
+    construction (lambda = exp(-exp(nu_log) + i exp(theta_log)), their eq. 6), initialised uniformly on a ring
+    r_min <= |lambda| <= r_max (their section 3.3) and each input normalised by gamma = sqrt(1 - |lambda|^2) (their
+    eq. 7). Chosen over S5 (Smith et al. 2023) for the same parallel scan with fewer parts (no continuous-time
+    discretisation, no HiPPO init) and a paper that derives each part by ablation. Its memory is Re(h) and Im(h)
+    side by side (2 x size); it reads `memory` (envs, 2 x size), `x` (time, envs, features), `start` (time, envs)."""
+
+    size: int
+    r_min: float = 0.0
+    r_max: float = 0.99  # long memories: MemoryChain asks for tens of steps (their long-range tasks use 0.9-0.999)
+
+    @nn.compact
+    def __call__(self, memory, x, start):
+        features = x.shape[-1]
+
+        def ring(key, shape):  # nu_log and theta_log of lambdas uniform on the ring (Orvieto et al., lemma 3.2)
+            k1, k2 = jax.random.split(key)
+            u1, u2 = jax.random.uniform(k1, shape), jax.random.uniform(k2, shape)
+            nu = -0.5 * jnp.log(u1 * (self.r_max ** 2 - self.r_min ** 2) + self.r_min ** 2)
+            return jnp.stack([jnp.log(nu), jnp.log(u2 * 2 * jnp.pi)])
+
+        nu_log, theta_log = self.param("nu_theta_log", ring, (self.size,))
+        lam = jnp.exp(-jnp.exp(nu_log) + 1j * jnp.exp(theta_log))
+        gamma = jnp.sqrt(1 - jnp.abs(lam) ** 2)
+        normal = nn.initializers.normal
+        b_re = self.param("B_re", normal(1 / np.sqrt(2 * features)), (features, self.size))
+        b_im = self.param("B_im", normal(1 / np.sqrt(2 * features)), (features, self.size))
+        c_re = self.param("C_re", normal(1 / np.sqrt(self.size)), (self.size, features))
+        c_im = self.param("C_im", normal(1 / np.sqrt(self.size)), (self.size, features))
+        d = self.param("D", normal(1.0), (features,))
+        h0 = memory[:, :self.size] + 1j * memory[:, self.size:]
+        bx = gamma * (x @ b_re + 1j * (x @ b_im))
+        h = reset_linear_recurrence(jnp.broadcast_to(lam, bx.shape), bx, start, h0)
+        y = (h.real @ c_re - h.imag @ c_im) + d * x  # Re(C h) with C = c_re + i c_im, as x @ C^T
+        return jnp.concatenate([h[-1].real, h[-1].imag], axis=-1), nn.gelu(y)
+
+
+SEQUENTIAL_CELLS = {"gru": ResetGRU, "lstm": ResetLSTM}
+CELLS = (*SEQUENTIAL_CELLS, "lru")
+
+
+def memory_size(cell: str, size: int) -> int:
+    """The width of a cell's memory array: the GRU's hidden state, or two arrays side by side (the LSTM's cell and
+    hidden states, the LRU's real and imaginary parts)."""
+    return size if cell == "gru" else 2 * size
+
+
+class ActorCriticRNN(nn.Module):
     action_dim: int
     discrete: bool
     hidden_size: int
     gru_size: int
     activation: str
+    cell: str = "gru"
 
     @nn.compact
     def __call__(self, memory, obs, start):
-        """`memory` (envs, gru_size) before the sequence, `obs` (time, envs, obs_dim), `start` (time, envs) ->
+        """`memory` (envs, memory_size) before the sequence, `obs` (time, envs, obs_dim), `start` (time, envs) ->
         (memory after it, the policy's parameters per step: (logits,) or (mean, std), the value per step)."""
         act = ACTIVATIONS[self.activation]
         x = act(nn.Dense(self.hidden_size, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(obs))
-        if obs.shape[0] == 1:  # one step (acting): the cell alone, no loop
-            memory, x = ResetGRU(self.gru_size, name="gru")(memory, (x[0], start[0]))
+        if self.cell == "lru":  # one step or a sequence alike: the associative scan of its length
+            memory, x = LRU(self.gru_size, name="lru")(memory, x, start)
+        elif obs.shape[0] == 1:  # one step (acting): the cell alone, no loop
+            memory, x = SEQUENTIAL_CELLS[self.cell](self.gru_size, name=self.cell)(memory, (x[0], start[0]))
             x = x[None]
         else:  # a sequence (the update's replay): the cell scanned over time, with the same parameters
-            scanned = nn.scan(ResetGRU, variable_broadcast="params", split_rngs={"params": False})
-            memory, x = scanned(self.gru_size, name="gru")(memory, (x, start))
+            scanned = nn.scan(SEQUENTIAL_CELLS[self.cell], variable_broadcast="params", split_rngs={"params": False})
+            memory, x = scanned(self.gru_size, name=self.cell)(memory, (x, start))
         actor = act(nn.Dense(self.hidden_size, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
         # A small last layer keeps the initial policy close to uniform / zero-mean (Andrychowicz et al. 2021).
         out = nn.Dense(self.action_dim, kernel_init=nn.initializers.orthogonal(0.01))(actor)
@@ -187,7 +279,7 @@ def make_network(config: Config, env, env_params):
     discrete = envs.is_discrete(env, env_params)
     space = env.action_space(env_params)
     action_dim = space.n if discrete else int(np.prod(space.shape))
-    network = ActorCriticGRU(action_dim, discrete, config.hidden_size, config.gru_size, config.activation)
+    network = ActorCriticRNN(action_dim, discrete, config.hidden_size, config.gru_size, config.activation, config.cell)
     return network, discrete, action_dim
 
 
@@ -223,7 +315,7 @@ def make_train_parts(config: Config):
     def init(rng):
         rng, key_network, key_reset = jax.random.split(rng, 3)
         obs, env_state = env.reset(key_reset, env_params)
-        memory = jnp.zeros((config.num_envs, config.gru_size))
+        memory = jnp.zeros((config.num_envs, memory_size(config.cell, config.gru_size)))
         start = jnp.ones(config.num_envs, bool)
         params = network.init(key_network, memory, obs[None], start[None])
         return RunnerState(TrainState.create(apply_fn=None, params=params, tx=tx), env_state, obs, start, memory,
@@ -336,8 +428,8 @@ def make_train(config: Config):
 
 
 def policy_step(config: Config, runner):
-    """`step(memory, obs, start) -> (memory, distribution)`: one agent's GRU policy on a batch of observations, with
-    training's observation statistics frozen."""
+    """`step(memory, obs, start) -> (memory, distribution)`: one agent's recurrent policy on a batch of observations,
+    with training's observation statistics frozen."""
     env, env_params = envs.make_vec(config.env, 1)
     network, discrete, _ = make_network(config, env, env_params)
     stats = envs.observation_stats(runner.env_state)
@@ -359,11 +451,12 @@ def deterministic_policy(config: Config, runner):
         memory, dist = pi(memory, obs, start)
         return memory, dist.mode()
 
-    return envs.RecurrentPolicy(lambda num_envs: jnp.zeros((num_envs, config.gru_size)), step)
+    size = memory_size(config.cell, config.gru_size)
+    return envs.RecurrentPolicy(lambda num_envs: jnp.zeros((num_envs, size)), step)
 
 
 def sampled_policy(config: Config, runner, key):
-    """The policy training acts with (--eval --eval-sampled): its memory is the GRU's and a PRNG key, each action
+    """The policy training acts with (--eval --eval-sampled): its memory is the cell's and a PRNG key, each action
     sampled from the policy's distribution."""
     pi = policy_step(config, runner)
 
@@ -373,7 +466,8 @@ def sampled_policy(config: Config, runner, key):
         hidden, dist = pi(hidden, obs, start)
         return (hidden, key), dist.sample(seed=key_action)
 
-    return envs.RecurrentPolicy(lambda num_envs: (jnp.zeros((num_envs, config.gru_size)), key), step)
+    size = memory_size(config.cell, config.gru_size)
+    return envs.RecurrentPolicy(lambda num_envs: (jnp.zeros((num_envs, size)), key), step)
 
 
 def validate(config: Config):
@@ -381,6 +475,8 @@ def validate(config: Config):
     harness.require(config, positive=("num_envs", "num_steps", "update_epochs", "num_minibatches", "hidden_size",
                                       "gru_size", "learning_rate", "clip_coef", "max_grad_norm"),
                     unit=("gamma", "gae_lambda"), nonnegative=("vf_coef", "ent_coef"))  # < 0 would ascend the loss
+    if config.cell not in CELLS:
+        raise harness.ConfigError(f"--cell {config.cell!r} is unknown; use one of {', '.join(CELLS)}")
     if config.activation not in ACTIVATIONS:
         raise harness.ConfigError(f"--activation {config.activation!r} is unknown; use one of "
                                   f"{', '.join(ACTIVATIONS)}")

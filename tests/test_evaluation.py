@@ -55,11 +55,11 @@ def test_eval_sampled_plays_the_policy_training_acts_with(finished_runs, capsys)
                                                              "--eval <run dir>"), err
 
 
-@pytest.mark.parametrize("script", ["ppo", "ppo_rnn", "reinforce", "td3", "dqn_tabular_q", "pqn"])
+@pytest.mark.parametrize("script", ["ppo", "ppo_rnn", "ppo_trxl", "reinforce", "td3", "dqn_tabular_q", "pqn"])
 def test_an_untrained_sampled_policy_plays_like_a_random_one(script):
-    """Each script's sampled policy (ppo_rnn's carries its GRU memory beside the key): untrained, its actor is close
-    to uniform, so on CartPole it balances about as long as a uniformly random policy (22.05 steps on average over
-    1,000 episodes, benchmarks/learning.py). Greedy-Q and TD3 scripts have none: --eval-sampled refuses them."""
+    """Each script's sampled policy (ppo_rnn's and ppo_trxl's carry their memory beside the key): untrained, its actor
+    is close to uniform, so on CartPole it balances about as long as a uniformly random policy (22.05 steps on average
+    over 1,000 episodes, benchmarks/learning.py). Greedy-Q and TD3 scripts have none: --eval-sampled refuses them."""
     from scanrl.harness.evaluation import make_evaluate
 
     module = importlib.import_module(script)

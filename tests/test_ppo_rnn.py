@@ -12,12 +12,12 @@ import ppo_rnn
 from scanrl import blocks, envs, harness
 
 
-def network(discrete=True, action_dim=2):
-    return ppo_rnn.ActorCriticGRU(action_dim, discrete, hidden_size=8, gru_size=6, activation="tanh")
+def network(discrete=True, action_dim=2, cell="gru"):
+    return ppo_rnn.ActorCriticRNN(action_dim, discrete, hidden_size=8, gru_size=6, activation="tanh", cell=cell)
 
 
-@pytest.mark.parametrize("discrete", [True, False])
-def test_memory_resets_exactly_at_episode_starts(discrete):
+@pytest.mark.parametrize(("discrete", "cell"), [(True, "gru"), (False, "gru"), (True, "lstm"), (False, "lru")])
+def test_memory_resets_exactly_at_episode_starts(discrete, cell):
     """The scanned sequence (the update's replay) against the network stepped one observation at a time in Python,
     its memory set to zeros by hand before each episode's first observation and otherwise carried."""
     rng = np.random.default_rng(0)
@@ -27,8 +27,9 @@ def test_memory_resets_exactly_at_episode_starts(discrete):
     start[0] = [True, False, False]  # env 0 starts an episode with the sequence; 1 and 2 are inside one
     start[5, 1] = True
     start = jnp.asarray(start)
-    memory = jnp.asarray(rng.normal(size=(num_envs, 6)), jnp.float32)  # the memory the sequence starts from
-    net = network(discrete)
+    size = ppo_rnn.memory_size(cell, 6)
+    memory = jnp.asarray(rng.normal(size=(num_envs, size)), jnp.float32)  # the memory the sequence starts from
+    net = network(discrete, cell=cell)
     params = net.init(jax.random.PRNGKey(0), memory, obs, start)
     final_memory, pi, values = net.apply(params, memory, obs, start)
 
@@ -50,6 +51,38 @@ def test_memory_resets_exactly_at_episode_starts(discrete):
     _, _, values_changed = net.apply(params, memory.at[1].set(-3.0), changed, start)
     np.testing.assert_array_equal(values_changed[5:, 1], values[5:, 1])
     assert not np.allclose(values_changed[:5, 1], values[:5, 1])
+
+
+def test_linear_recurrence_on_an_associative_scan_equals_the_sequential_one_with_resets():
+    """The LRU's parallel scan (the reset folded into the operator's elements) against h_t = a_t h_{t-1} + b_t in a
+    Python loop, h_{t-1} set to zeros by hand where an episode starts; complex, as the LRU's state is."""
+    rng = np.random.default_rng(1)
+    num_steps, num_envs, size = 37, 3, 5  # not a power of two: the scan's odd tail
+    a = jnp.asarray(rng.uniform(0.5, 1.0, (num_steps, num_envs, size)) * np.exp(1j * rng.uniform(0, 6, size)))
+    b = jnp.asarray(rng.normal(size=(num_steps, num_envs, size)) + 1j * rng.normal(size=(num_steps, num_envs, size)))
+    start = rng.random((num_steps, num_envs)) < 0.15
+    start[0, 0] = True
+    memory = jnp.asarray(rng.normal(size=(num_envs, size)) + 0j)
+    got = ppo_rnn.reset_linear_recurrence(a, b, jnp.asarray(start), memory)
+    h = np.asarray(memory)
+    for t in range(num_steps):
+        h = np.where(start[t][:, None], 0.0, h)
+        h = np.asarray(a[t]) * h + np.asarray(b[t])
+        np.testing.assert_allclose(got[t], h, rtol=1e-5, atol=1e-5)
+
+
+def test_the_default_cell_is_the_gru_under_its_old_parameter_names():
+    """--cell defaults to gru with its parameters where they were before --cell existed (saved runs still load and
+    train alike: the default's metrics and parameters were compared bit for bit before and after, see the commit);
+    the other cells name their own, and an unknown one is refused."""
+    assert ppo_rnn.Config().cell == "gru"
+    for cell in ppo_rnn.CELLS:
+        net = network(cell=cell)
+        memory = jnp.zeros((2, ppo_rnn.memory_size(cell, 6)))
+        params = net.init(jax.random.PRNGKey(0), memory, jnp.zeros((3, 2, 4)), jnp.zeros((3, 2), bool))
+        assert cell in params["params"], params["params"].keys()
+    with pytest.raises(harness.ConfigError, match="--cell 'rnn' is unknown; use one of gru, lstm, lru"):
+        ppo_rnn.validate(ppo_rnn.Config(cell="rnn"))
 
 
 def remember_the_context():
@@ -116,6 +149,18 @@ def test_validate_refuses_minibatches_that_split_env_sequences_and_a_budget_unde
         ppo_rnn.validate(ppo_rnn.Config(num_envs=6, num_minibatches=4))  # 4 divides the rollout, 6 x 128
     with pytest.raises(harness.ConfigError, match=r"--total-timesteps 500 is smaller than one rollout .* = 512"):
         ppo_rnn.validate(ppo_rnn.Config(total_timesteps=500))
+
+
+@pytest.mark.parametrize("cell", ["lstm", "lru"])
+def test_each_cell_trains(cell):
+    """Two iterations of each other cell's training program on the masked Pendulum (continuous actions): finite
+    losses, a memory of the cell's width carried in the runner. That they learn: the memory suite
+    (benchmarks/results/learning_memory_cells.md); --resume and --eval: `python -m scanrl.harness.contract ppo_rnn.py
+    --cell lru` (the commit names its run)."""
+    config = ppo_rnn.Config(env="Pendulum-v1-masked", cell=cell, total_timesteps=128, num_steps=16, gru_size=8)
+    runner, metrics = jax.jit(ppo_rnn.make_train(config))(jax.random.PRNGKey(0))
+    assert runner.memory.shape == (4, 16)
+    assert all(np.isfinite(metrics[key]).all() for key in ("loss/actor", "loss/critic", "entropy")), metrics
 
 
 @pytest.mark.slow
