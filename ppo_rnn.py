@@ -20,7 +20,7 @@ from scanrl import harness
 harness.prepare_jax(__name__)  # first: --help at once, XLA's flags (a device per core), a multi-process run
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import distrax
 import flax.linen as nn
@@ -76,9 +76,9 @@ class Config(harness.Flags):
     # network
     hidden_size: int = 64
     """width of the encoder layer and of the actor's and critic's hidden layers"""
-    cell: str = "gru"
+    cell: Literal["gru", "lstm", "lru"] = "gru"
     """the memory: gru, lstm (each a sequential scan over time) or lru (a linear recurrent unit on a parallel
-    associative scan, Orvieto et al. 2023); --sweep cell=gru,lstm,lru compares them in one program"""
+    associative scan, Orvieto et al. 2023); each cell is its own program: compare them as separate runs"""
     gru_size: int = 64
     """size of the cell: the GRU's or LSTM's hidden units, the LRU's complex state (the name is kept from when the
     GRU was the only cell, so saved runs still load)"""
