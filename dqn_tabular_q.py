@@ -111,10 +111,6 @@ def steps_per_iteration(config: Config) -> int:
     return config.num_envs * config.num_steps
 
 
-def num_iterations(config: Config) -> int:
-    return config.total_timesteps // steps_per_iteration(config)
-
-
 def linear_epsilon(config: Config, env_steps):
     """Epsilon after `env_steps` env steps: linear from start_e to end_e, then flat. A constant one (start_e ==
     end_e, neither swept) reads no exploration_fraction, so a sweep of it is refused rather than training alike."""
@@ -363,7 +359,8 @@ def make_train(config: Config):
     """`train(rng) -> (runner, metrics)`: one agent's whole run, pure and jittable; metrics have an iteration axis.
     Exactly the scan the command line runs, chunk by chunk."""
     init, update = make_train_parts(config)
-    return lambda rng: jax.lax.scan(lambda runner, _: update(runner), init(rng), None, num_iterations(config))
+    iterations = config.total_timesteps // steps_per_iteration(config)
+    return lambda rng: jax.lax.scan(lambda runner, _: update(runner), init(rng), None, iterations)
 
 
 def greedy_policy(config: Config, runner):
@@ -377,17 +374,17 @@ def greedy_policy(config: Config, runner):
     return lambda obs: jnp.argmax(network.apply(runner.train_state.params, obs), -1)
 
 
-def write_outputs(config: Config, point_dir, runner):
+def write_outputs(config: Config, runner):
     """On GridWorld, for a sweep point's tabular agents (`runner`: their runners stacked on a leading axis):
     q_values.png and each agent's greedy path length (summary.json's greedy_path_length). -> (summary fields,
-    image paths); ({}, []) elsewhere."""
+    {file name: matplotlib figure}, saved by the harness in the point's directory); ({}, {}) elsewhere."""
     env, env_params = envs.make(config.env)
     if config.agent != "tabular" or not isinstance(env, gridworld.GridWorld):
-        return {}, []
+        return {}, {}
     q_tables = runner.q_table
     lengths = jax.vmap(lambda q_table: gridworld.greedy_path_length(env, env_params, q_table))(q_tables)
     stats = {"q_table": q_tables, "greedy_path_length": jax.device_get(lengths)}
-    return gridworld.write_q_values(point_dir, env, stats, f"tabular Q on {config.env}, mean of {len(q_tables)} agents")
+    return gridworld.q_value_outputs(env, stats, f"tabular Q on {config.env}, mean of {len(q_tables)} agents")
 
 
 def validate(config: Config):
@@ -410,7 +407,8 @@ def validate(config: Config):
         raise harness.ConfigError(f"--total-timesteps {config.total_timesteps} is smaller than one iteration "
                                   f"(--num-envs x --num-steps = {steps_per_iteration(config)})")
     if config.agent == "dqn":
-        if config.learning_starts >= num_iterations(config) * steps_per_iteration(config):
+        steps = steps_per_iteration(config)
+        if config.learning_starts >= config.total_timesteps // steps * steps:
             raise harness.ConfigError(f"--learning-starts {config.learning_starts} leaves no steps to learn in "
                                       f"--total-timesteps {config.total_timesteps}")
         if config.train_frequency % config.num_envs and config.num_envs % config.train_frequency:
@@ -422,16 +420,10 @@ def validate(config: Config):
                                       f"{config.batch_size}) and one step of every env (--num-envs {config.num_envs})")
 
 
-# The hand-off to the harness: a fork keeps it (its runs take the fork's file name); new metrics go in METRIC_KEYS.
-METRIC_KEYS = {
-    "tabular": ("episodes", "episode_return", "episode_length", "epsilon"),
-    "dqn": ("episodes", "episode_return", "episode_length", "epsilon", "loss/td", "q_value"),
-}
-
-
+# The hand-off to the harness: a fork keeps it (its runs take the fork's file name).
 ALGORITHM = harness.Algorithm(
     config=Config, make_train_parts=make_train_parts, steps_per_iteration=steps_per_iteration,
-    policy=greedy_policy, metric_keys=lambda config: METRIC_KEYS[config.agent], validate=validate,
+    policy=greedy_policy, validate=validate,
     write_outputs=write_outputs,
 )
 

@@ -169,16 +169,12 @@ def steps_per_iteration(config: Config) -> int:
     return config.num_envs * config.num_steps
 
 
-def num_iterations(config: Config) -> int:
-    return config.total_timesteps // steps_per_iteration(config)
-
-
 def make_train_parts(config: Config):
     """PPO for one agent as `(init, update)`, pure and jittable: `init(rng) -> runner` and `update(runner) ->
     (runner, metrics)`, one iteration: a rollout of every env, its advantages, and the update epochs."""
     batch_size = config.num_envs * config.num_steps
     minibatch_size = batch_size // config.num_minibatches
-    num_updates = num_iterations(config)
+    num_updates = config.total_timesteps // steps_per_iteration(config)  # iterations of the run
     env, env_params = envs.make_vec(config.env, config.num_envs)
     actor, critic, discrete, action_dim = make_networks(config, env, env_params)
     if use_normalization(config, discrete):
@@ -298,7 +294,8 @@ def make_train(config: Config):
     """`train(rng) -> (runner, metrics)`: one agent's whole run, pure and jittable; metrics have an iteration axis.
     The command line runs this scan, chunk by chunk."""
     init, update = make_train_parts(config)
-    return lambda rng: jax.lax.scan(lambda runner, _: update(runner), init(rng), None, num_iterations(config))
+    iterations = config.total_timesteps // steps_per_iteration(config)
+    return lambda rng: jax.lax.scan(lambda runner, _: update(runner), init(rng), None, iterations)
 
 
 def actor_distribution(config: Config, runner):
@@ -315,15 +312,11 @@ def actor_distribution(config: Config, runner):
     return pi
 
 
-def deterministic_policy(config: Config, runner):
-    """`act(obs batch) -> actions`: one agent's deterministic policy (argmax / mean action)."""
+def policy(config: Config, runner, key=None):
+    """`act(obs batch) -> actions`: one agent's deterministic policy (argmax / mean action); with a `key`, the policy
+    training acts with, each action sampled from the actor (--eval --eval-sampled)."""
     pi = actor_distribution(config, runner)
-    return lambda obs: pi(obs).mode()
-
-
-def sampled_policy(config: Config, runner, key):
-    """The policy training acts with, each action sampled from the actor (--eval --eval-sampled)."""
-    return blocks.sampling_policy(actor_distribution(config, runner), key)
+    return (lambda obs: pi(obs).mode()) if key is None else blocks.sampling_policy(pi, key)
 
 
 def validate(config: Config):
@@ -343,13 +336,10 @@ def validate(config: Config):
                                   f"x --num-steps = {rollout}); use a divisor of {rollout}")
 
 
-# The hand-off to the harness: a fork keeps it (its runs take the fork's file name); new metrics go in METRIC_KEYS.
-METRIC_KEYS = ("episodes", "episode_return", "episode_length", "loss/actor", "loss/critic", "entropy", "approx_kl",
-               "clip_frac")
-
+# The hand-off to the harness: a fork keeps it (its runs take the fork's file name).
 ALGORITHM = harness.Algorithm(
     config=Config, make_train_parts=make_train_parts, steps_per_iteration=steps_per_iteration,
-    policy=deterministic_policy, sampled_policy=sampled_policy, metric_keys=METRIC_KEYS, validate=validate,
+    policy=policy, validate=validate,
 )
 
 

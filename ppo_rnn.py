@@ -288,16 +288,12 @@ def steps_per_iteration(config: Config) -> int:
     return config.num_envs * config.num_steps
 
 
-def num_iterations(config: Config) -> int:
-    return config.total_timesteps // steps_per_iteration(config)
-
-
 def make_train_parts(config: Config):
     """PPO-RNN for one agent as `(init, update)`, pure and jittable: `init(rng) -> runner` and `update(runner) ->
     (runner, metrics)`, one iteration: a rollout of every env with its memory, its advantages, and the update
     epochs over whole env sequences."""
     envs_per_minibatch = config.num_envs // config.num_minibatches
-    num_updates = num_iterations(config)
+    num_updates = config.total_timesteps // steps_per_iteration(config)  # iterations of the run
     env, env_params = envs.make_vec(config.env, config.num_envs)
     network, discrete, action_dim = make_network(config, env, env_params)
     if config.normalize:
@@ -424,7 +420,8 @@ def make_train(config: Config):
     """`train(rng) -> (runner, metrics)`: one agent's whole run, pure and jittable; metrics have an iteration axis.
     The command line runs this scan, chunk by chunk."""
     init, update = make_train_parts(config)
-    return lambda rng: jax.lax.scan(lambda runner, _: update(runner), init(rng), None, num_iterations(config))
+    iterations = config.total_timesteps // steps_per_iteration(config)
+    return lambda rng: jax.lax.scan(lambda runner, _: update(runner), init(rng), None, iterations)
 
 
 def policy_step(config: Config, runner):
@@ -443,31 +440,26 @@ def policy_step(config: Config, runner):
     return step
 
 
-def deterministic_policy(config: Config, runner):
-    """One agent's deterministic policy (argmax / mean action) with its memory, as an `envs.RecurrentPolicy`."""
+def policy(config: Config, runner, key=None):
+    """One agent's deterministic policy (argmax / mean action) with its memory, as an `envs.RecurrentPolicy`; with a
+    `key`, the policy training acts with (--eval --eval-sampled): its memory is the cell's and a PRNG key, each
+    action sampled from the policy's distribution."""
     pi = policy_step(config, runner)
+    size = memory_size(config.cell, config.gru_size)
 
-    def step(memory, obs, start):
+    def act(memory, obs, start):
         memory, dist = pi(memory, obs, start)
         return memory, dist.mode()
 
-    size = memory_size(config.cell, config.gru_size)
-    return envs.RecurrentPolicy(lambda num_envs: jnp.zeros((num_envs, size)), step)
-
-
-def sampled_policy(config: Config, runner, key):
-    """The policy training acts with (--eval --eval-sampled): its memory is the cell's and a PRNG key, each action
-    sampled from the policy's distribution."""
-    pi = policy_step(config, runner)
-
-    def step(memory, obs, start):
+    def sample(memory, obs, start):
         hidden, key = memory
         key, key_action = jax.random.split(key)
         hidden, dist = pi(hidden, obs, start)
         return (hidden, key), dist.sample(seed=key_action)
 
-    size = memory_size(config.cell, config.gru_size)
-    return envs.RecurrentPolicy(lambda num_envs: (jnp.zeros((num_envs, size)), key), step)
+    if key is None:
+        return envs.RecurrentPolicy(lambda num_envs: jnp.zeros((num_envs, size)), act)
+    return envs.RecurrentPolicy(lambda num_envs: (jnp.zeros((num_envs, size)), key), sample)
 
 
 def validate(config: Config):
@@ -490,13 +482,10 @@ def validate(config: Config):
                                   f"x --num-steps = {rollout}); raise it or shrink the rollout")
 
 
-# The hand-off to the harness: a fork keeps it (its runs take the fork's file name); new metrics go in METRIC_KEYS.
-METRIC_KEYS = ("episodes", "episode_return", "episode_length", "loss/actor", "loss/critic", "entropy", "approx_kl",
-               "clip_frac")
-
+# The hand-off to the harness: a fork keeps it (its runs take the fork's file name).
 ALGORITHM = harness.Algorithm(
     config=Config, make_train_parts=make_train_parts, steps_per_iteration=steps_per_iteration,
-    policy=deterministic_policy, metric_keys=METRIC_KEYS, validate=validate, sampled_policy=sampled_policy,
+    policy=policy, validate=validate,
 )
 
 

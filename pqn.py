@@ -132,10 +132,6 @@ def steps_per_iteration(config: Config) -> int:
     return config.num_envs * config.num_steps
 
 
-def num_iterations(config: Config) -> int:
-    return config.total_timesteps // steps_per_iteration(config)
-
-
 def make_train_parts(config: Config):
     """PQN for one agent as `(init, update)`, pure and jittable: `init(rng) -> runner` and `update(runner) ->
     (runner, metrics)`, one iteration: `num_envs` envs step `num_steps` times epsilon-greedily; Q(lambda) targets
@@ -146,10 +142,11 @@ def make_train_parts(config: Config):
     max_truncations = blocks.max_truncations(env_params, config.num_envs, config.num_steps)
     batch_size = steps_per_iteration(config)
     minibatch_size = batch_size // config.num_minibatches
+    num_updates = config.total_timesteps // steps_per_iteration(config)  # iterations of the run
     anneal = optax.identity()
     if config.anneal_lr:
         anneal = optax.scale_by_schedule(optax.linear_schedule(
-            1.0, 0.0, num_iterations(config) * config.update_epochs * config.num_minibatches))
+            1.0, 0.0, num_updates * config.update_epochs * config.num_minibatches))
     # optax.flatten: RAdam's moments as one flat vector, a few large ops per step instead of a few per array.
     tx = optax.flatten(optax.chain(
         optax.clip_by_global_norm(config.max_grad_norm), optax.radam(config.learning_rate), anneal))
@@ -222,7 +219,8 @@ def make_train(config: Config):
     """`train(rng) -> (runner, metrics)`: one agent's whole run, pure and jittable; metrics have an iteration axis.
     The command line runs this scan, chunk by chunk."""
     init, update = make_train_parts(config)
-    return lambda rng: jax.lax.scan(lambda runner, _: update(runner), init(rng), None, num_iterations(config))
+    iterations = config.total_timesteps // steps_per_iteration(config)
+    return lambda rng: jax.lax.scan(lambda runner, _: update(runner), init(rng), None, iterations)
 
 
 def greedy_policy(config: Config, runner):
@@ -252,12 +250,10 @@ def validate(config: Config):
                                   f"(--num-envs x --num-steps = {rollout}); use a divisor of {rollout}")
 
 
-# The hand-off to the harness: a fork keeps it (its runs take the fork's file name); new metrics go in METRIC_KEYS.
-METRIC_KEYS = ("episodes", "episode_return", "episode_length", "epsilon", "loss/td", "q_value")
-
+# The hand-off to the harness: a fork keeps it (its runs take the fork's file name).
 ALGORITHM = harness.Algorithm(
     config=Config, make_train_parts=make_train_parts, steps_per_iteration=steps_per_iteration,
-    policy=greedy_policy, metric_keys=METRIC_KEYS, validate=validate,
+    policy=greedy_policy, validate=validate,
 )
 
 

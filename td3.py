@@ -160,10 +160,6 @@ def steps_per_iteration(config: Config) -> int:
     return config.num_envs * config.update_every
 
 
-def num_iterations(config: Config) -> int:
-    return config.total_timesteps // steps_per_iteration(config)
-
-
 def make_train_parts(config: Config):
     """TD3 for one agent as `(init, update)`, pure and jittable: `init(rng) -> runner` and `update(runner) ->
     (runner, metrics)`, one update phase."""
@@ -171,7 +167,7 @@ def make_train_parts(config: Config):
     updates_per_phase = round(config.updates_per_step * steps_per_phase)
     # A multiple of num_envs, so no write wraps (blocks.ReplayBuffer.add), and no larger than the transitions a run
     # produces.
-    capacity = min(config.buffer_size, num_iterations(config) * steps_per_phase)
+    capacity = min(config.buffer_size, config.total_timesteps // steps_per_phase * steps_per_phase)
     capacity = -(-capacity // config.num_envs) * config.num_envs
     env, env_params = envs.make_vec(config.env, config.num_envs)
     low, high = blocks.action_bounds(env, env_params)
@@ -291,7 +287,8 @@ def make_train(config: Config):
     """`train(rng) -> (runner, metrics)`: one agent's whole run, pure and jittable; metrics have an iteration axis.
     Exactly the scan the command line runs, chunk by chunk."""
     init, update = make_train_parts(config)
-    return lambda rng: jax.lax.scan(lambda runner, _: update(runner), init(rng), None, num_iterations(config))
+    iterations = config.total_timesteps // steps_per_iteration(config)
+    return lambda rng: jax.lax.scan(lambda runner, _: update(runner), init(rng), None, iterations)
 
 
 def deterministic_policy(config: Config, runner):
@@ -319,17 +316,15 @@ def validate(config: Config):
     if config.total_timesteps < steps_per_phase:
         raise harness.ConfigError(f"--total-timesteps {config.total_timesteps} is smaller than one update phase "
                                   f"(--num-envs x --update-every = {steps_per_phase}); raise it or shrink the phase")
-    if config.learning_starts >= num_iterations(config) * steps_per_phase:
+    if config.learning_starts >= config.total_timesteps // steps_per_phase * steps_per_phase:
         raise harness.ConfigError(f"--learning-starts {config.learning_starts} leaves no steps to learn in "
                                   f"--total-timesteps {config.total_timesteps}")
 
 
-# The hand-off to the harness: a fork keeps it (its runs take the fork's file name); new metrics go in METRIC_KEYS.
-METRIC_KEYS = ("updates", "episodes", "episode_return", "episode_length", "loss/actor", "loss/critic", "q_value")
-
+# The hand-off to the harness: a fork keeps it (its runs take the fork's file name).
 ALGORITHM = harness.Algorithm(
     config=Config, make_train_parts=make_train_parts, steps_per_iteration=steps_per_iteration,
-    policy=deterministic_policy, metric_keys=METRIC_KEYS, validate=validate,
+    policy=deterministic_policy, validate=validate,
 )
 
 

@@ -45,8 +45,8 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import tyro  # noqa: E402
 
-from scanrl.harness.agents import seed_keys  # noqa: E402
 from scanrl.harness.contract import load_script  # noqa: E402
+from scanrl.harness.program import seed_keys  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -181,7 +181,8 @@ def main(args: Args, flags) -> int:
     modules = [load_script(path) for path, *_ in given]
     configs = [script_config(module, [*flags, *own]) for module, (_, *own) in zip(modules, given, strict=True)]
     labels = [" ".join([module.ALGORITHM.script, *own]) for module, (_, *own) in zip(modules, given, strict=True)]
-    updates = any("updates" in m.ALGORITHM.metric_keys_of(c) for m, c in zip(modules, configs, strict=True))
+    updates = any("updates" in jax.eval_shape(m.make_train(c), jax.random.PRNGKey(0))[1]  # the metrics' keys
+                  for m, c in zip(modules, configs, strict=True))
     print(f"jax {jax.__version__} ({jax.default_backend()}), {harness.available_cores()} cores, "
           f"{platform.processor() or platform.machine()}; median of {args.repeats} runs, compile apart, one device")
     for module, config, label in zip(modules, configs, labels, strict=True):

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from scanrl.harness.agents import seed_keys
+from scanrl.harness.program import seed_keys
 
 # Per case (a script, and for dqn_tabular_q a learner): its module, a tiny run of 4 iterations with 2 agents, and what
 # plants a NaN: a learning rate that makes training diverge after at least one good iteration. These were found by
@@ -44,6 +44,16 @@ def tiny_config(case, out_dir, **overrides):
     name, tiny, _ = CASES[case]
     module = importlib.import_module(name)
     return module, module.Config(**{**tiny, "num_chunks": 4, "out_dir": str(out_dir), **overrides})
+
+
+def check_program(algorithm, config):
+    """The checks a run makes before anything compiles: harness.check's, then its program's plan (where each swept
+    field is traced: one value per agent, read by the program)."""
+    from scanrl import harness
+    from scanrl.harness.program import plan
+
+    config, points = harness.check(algorithm, config)
+    plan(algorithm, config, points)
 
 
 def cli_flags(config_fields):

@@ -23,7 +23,8 @@ import pytest
 from cases import SCRIPTS, SWEEPS, copy_run, exit_code_and_error, read_csv, tiny_config, tiny_flags
 from conftest import ROOT
 
-from scanrl.harness.agents import choose_devices, seed_keys
+from scanrl.harness.agents import choose_devices
+from scanrl.harness.program import seed_keys
 from scanrl.harness.sweeps import point_label
 
 TWO_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}

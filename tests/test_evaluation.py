@@ -60,11 +60,11 @@ def test_an_untrained_sampled_policy_plays_like_a_random_one(script):
     """Each script's sampled policy (ppo_rnn's and ppo_trxl's carry their memory beside the key): untrained, its actor
     is close to uniform, so on CartPole it balances about as long as a uniformly random policy (22.05 steps on average
     over 1,000 episodes, benchmarks/learning.py). Greedy-Q and TD3 scripts have none: --eval-sampled refuses them."""
-    from scanrl.harness.evaluation import make_evaluate
+    from scanrl.harness.program import make_evaluate
 
     module = importlib.import_module(script)
     if script in ("td3", "dqn_tabular_q", "pqn"):
-        assert module.ALGORITHM.sampled_policy is None
+        assert not module.ALGORITHM.samples
         return
     config = module.Config(env="CartPole-v1", eval_episodes=200)
     init, _ = module.make_train_parts(config)
@@ -99,7 +99,7 @@ def test_eval_draws_one_episode(finished_runs, tmp_path, capsys):
 
 def test_evaluation_key_is_no_key_of_init():
     """fold_in(key, i) equals split(key, n)[i]; the evaluation key is folded with a number no split reaches."""
-    from scanrl.harness.evaluation import evaluation_keys
+    from scanrl.harness.program import evaluation_keys
 
     key = jax.random.PRNGKey(3)
     np.testing.assert_array_equal(jax.random.fold_in(key, 1), jax.random.split(key, 4)[1])  # why it matters

@@ -79,8 +79,8 @@ def test_the_harness_writes_no_file_through_a_planted_link(tmp_path):
     to a metrics.csv turned into a link is refused; a folder replaced by a link is never written or moved into."""
     import numpy as np
 
-    from scanrl.envs.gridworld import GridWorld, write_q_values
-    from scanrl.harness.files import folder
+    from scanrl.envs.gridworld import GridWorld, plot_q_values
+    from scanrl.harness.files import folder, save_figure
     from scanrl.harness.metrics import MetricsCsv
     from scanrl.harness.plots import plot_learning_curve
     from scanrl.harness.rundir import write_json
@@ -121,8 +121,8 @@ def test_the_harness_writes_no_file_through_a_planted_link(tmp_path):
         MetricsCsv(str(point / "metrics.csv"), list(metrics), [0], metrics, make_dir=True)
     for write in (lambda: write_json(str(point / "summary.json"), {}),
                   lambda: plot_learning_curve(str(point / "learning_curve.png"), metrics, "title"),
-                  lambda: write_q_values(str(point), GridWorld(), {"q_table": np.zeros((1, 96, 4)),
-                                                                   "greedy_path_length": [-1]}, "title")):
+                  lambda: save_figure(plot_q_values(GridWorld(), np.zeros((1, 96, 4)), "title"),
+                                      str(point / "q_values.png"))):
         with pytest.raises(OSError, match="a link"):
             write()
     assert not any(outside.iterdir())

@@ -12,7 +12,7 @@ import sys
 import textwrap
 
 import pytest
-from cases import CASES, cli_flags, exit_code_and_error
+from cases import CASES, check_program, cli_flags, exit_code_and_error, read_csv
 from conftest import ROOT
 
 from scanrl import harness
@@ -141,7 +141,7 @@ def test_a_forks_new_field_sweeps_as_the_config_reads_it(tmp_path):
     fork = contract.load_script(write_fork(tmp_path, "ppo_kl", "kl_coef", use=True))
     _, tiny, _ = CASES["ppo"]
     config = fork.Config(**{**tiny, "num_chunks": 1})
-    harness.check(fork.ALGORITHM, dataclasses.replace(config, sweep=("kl_coef=0,0.5",)))
+    check_program(fork.ALGORITHM, dataclasses.replace(config, sweep=("kl_coef=0,0.5",)))
     assert contract.changed_metrics(fork.ALGORITHM, config, {"kl_coef": 0.5}) == ["kl_coef"]
 
 
@@ -150,7 +150,7 @@ def test_a_forks_unread_field_cannot_be_swept(tmp_path):
     fork = contract.load_script(path)
     config = fork.Config(total_timesteps=2048, sweep=("unread_coef=0,1",))
     with pytest.raises(harness.ConfigError) as error:
-        harness.check(fork.ALGORITHM, config)
+        check_program(fork.ALGORITHM, config)
     assert str(error.value).startswith("--sweep unread_coef: the value of config.unread_coef changes nothing "
                                        "ppo_unread.py computes")
 
@@ -211,23 +211,30 @@ def test_resuming_a_run_after_the_fork_changed_its_state_exits_2(edit, message, 
     assert not (tmp_path / "runs" / "run" / "damaged_checkpoints").exists()
 
 
-@pytest.mark.parametrize("metric, message", [
-    ("kl2", "its iterations report kl2 metric(s) missing from its METRIC_KEYS"),
-    ("env_steps", "its metrics hold env_steps or nonfinite, which the harness adds itself"),
-])
-def test_a_forks_metric_outside_metric_keys_is_one_line_and_leaves_nothing(metric, message, tmp_path, capsys):
-    """A fork's new metric left out of METRIC_KEYS would be computed and never written, and one named as the
-    harness's own would be overwritten: each is one line, exit 2, and no run directory is left."""
+def test_a_forks_new_metric_is_a_column_where_its_dict_has_it_and_the_harness_names_are_refused(tmp_path, capsys):
+    """A fork adds a metric to the metrics dict alone: metrics.csv gets its column in the dict's order, with no
+    second list of keys to keep in step. One named as the harness's own (env_steps) would be overwritten: one line,
+    exit 2, and no run directory is left."""
     source = (ROOT / "ppo.py").read_text()
     line = '            "episodes": episodes,\n'
     assert line in source
-    path = tmp_path / f"ppo_{metric}.py"
-    path.write_text(source.replace(line, line + f'            "{metric}": episodes,\n'))
-    fork = contract.load_script(path)
     _, tiny, _ = CASES["ppo"]
-    code, err = exit_code_and_error(capsys, fork.main, fork.Config(**{**tiny, "out_dir": str(tmp_path / "runs")}))
-    assert code == 2 and len(err) == 1 and message in err[0], err
-    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+    for metric, value in (("kl2", "2 * episodes"), ("env_steps", "episodes")):
+        path = tmp_path / f"ppo_{metric}.py"
+        path.write_text(source.replace(line, line + f'            "{metric}": {value},\n'))
+        fork = contract.load_script(path)
+        runs = tmp_path / f"runs_{metric}"
+        config = fork.Config(**{**tiny, "out_dir": str(runs), "run_name": "run", "eval_episodes": 1})
+        if metric == "kl2":
+            fork.main(config)
+            rows = read_csv(runs / "run" / "metrics.csv")
+            assert rows[0][:6] == ["seed", "iteration", "env_steps", "episodes", "kl2", "episode_return"], rows[0]
+            assert all(float(row[4]) == 2 * float(row[3]) for row in rows[1:])
+            continue
+        code, err = exit_code_and_error(capsys, fork.main, config)
+        assert code == 2 and len(err) == 1 and "its metrics hold env_steps or nonfinite, which the harness adds " \
+            "itself" in err[0], err
+        assert not runs.exists() or not any(runs.iterdir())
 
 
 def test_the_contract_names_why_a_run_failed():

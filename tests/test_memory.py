@@ -84,10 +84,10 @@ def test_too_many_agents_are_refused_before_anything_is_made_per_agent(num_seeds
     """The agent count is checked before the agents' keys exist: 2**31 seeds used to take 10 GB and two minutes
     with no output, 10**8 seeds 9.4 GB before the memory check refused them."""
     import ppo
-    from scanrl.harness import agents
+    from scanrl.harness import program
 
     made = []
-    monkeypatch.setattr(agents, "seed_keys", lambda config: made.append(config) or pytest.fail("keys were made"))
+    monkeypatch.setattr(program, "seed_keys", lambda config: made.append(config) or pytest.fail("keys were made"))
     with pytest.raises(SystemExit) as exited:
         ppo.main(ppo.Config(num_seeds=num_seeds, out_dir=str(tmp_path / "runs")))
     err = capsys.readouterr().err.strip().splitlines()

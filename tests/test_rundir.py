@@ -63,7 +63,7 @@ def test_default_run_names_of_runs_started_in_the_same_second_differ(tmp_path, m
                                                                       perf_counter=time.perf_counter))
     config = ppo.Config(**{**CASES["ppo"][1], "num_seeds": 1, "out_dir": str(tmp_path)})
     for _ in range(2):
-        rundir.RunDirectory(ppo.ALGORITHM, config, [{}], lead=True).release()
+        rundir.RunDirectory(ppo.ALGORITHM.name, config, [{}], lead=True).release()
     names = os.listdir(tmp_path)
     assert len(names) == 2 and all(n.startswith("CartPole-v1__ppo__0__1800000000_") for n in names)
     assert all((tmp_path / n / "config.json").exists() for n in names)

@@ -33,7 +33,7 @@ def test_nonfinite_stops_run_and_keeps_last_good_checkpoint(case, tmp_path, caps
     assert rows[0][-1] == "nonfinite" and flagged, "the planted divergence did not happen"
     first = min(u for _, u in flagged)  # metrics.csv counts iterations from 1
     seeds = sorted({s for s, u in flagged if u == first})
-    chunk = module.num_iterations(config) // config.num_chunks
+    chunk = module.ALGORITHM.num_iterations(config) // config.num_chunks
     last_good = (first - 1) // chunk * chunk
     assert last_good > 0, "the plant diverges in the first chunk: no good checkpoint to check"
     assert code == 1
@@ -147,12 +147,12 @@ def test_a_failed_write_stops_with_one_line_and_the_run_resumes(writer, finished
     cause, exit 1, the --resume command; resuming then gives the uninterrupted run."""
 
     import ppo
-    from scanrl.harness import train
+    from scanrl.harness import summaries
     from scanrl.harness.checkpoints import Checkpoints
     from scanrl.harness.metrics import MetricsCsv
 
     target = {"metrics": (MetricsCsv, "append"), "checkpoint": (Checkpoints, "save"),
-              "summary": (train, "write_summaries")}[writer]
+              "summary": (summaries, "write_summaries")}[writer]
     original, calls = getattr(*target), []
 
     def fail_on_the_third_call(*args, **kwargs):

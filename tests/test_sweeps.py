@@ -6,11 +6,11 @@ import dataclasses
 import jax
 import numpy as np
 import pytest
-from cases import CASES, SWEEPS, exit_code_and_error, tiny_config
+from cases import CASES, SWEEPS, check_program, exit_code_and_error, tiny_config
 
 from scanrl import harness
-from scanrl.harness.agents import agent_layout
-from scanrl.harness.sweeps import agent_parts, sweep_points
+from scanrl.harness.program import agent_layout, agent_parts
+from scanrl.harness.sweeps import sweep_points
 
 
 def test_a_sweep_says_which_flags_its_values_override():
@@ -36,7 +36,7 @@ def test_swept_values_train_as_the_config_would(case, tmp_path):
     module, config = tiny_config(case, tmp_path, num_seeds=1, sweep=(f"{field}={values[0]},{values[1]}",))
     assert getattr(config, field) == values[0] != values[1]
     keys, swept_values, _ = agent_layout(config, sweep_points(module.ALGORITHM, config))
-    iterations = module.num_iterations(config)
+    iterations = module.ALGORITHM.num_iterations(config)
     parts = agent_parts(module.ALGORITHM, config)
 
     def train(key, values):
@@ -92,15 +92,15 @@ def test_a_swept_field_that_changes_nothing_computed_is_refused():
 
     config = reinforce.Config(baseline="none", total_timesteps=2048, sweep=("vf_lr=1e-3,3e-3",))
     with pytest.raises(harness.ConfigError, match="--sweep vf_lr: the value of config.vf_lr changes nothing"):
-        harness.check(reinforce.ALGORITHM, config)
-    harness.check(reinforce.ALGORITHM, dataclasses.replace(config, baseline="value"))  # with a baseline it does
+        check_program(reinforce.ALGORITHM, config)
+    check_program(reinforce.ALGORITHM, dataclasses.replace(config, baseline="value"))  # with a baseline it does
 
 
 def test_a_gamma_sweep_reaches_the_reward_normaliser():
     """Swept values travel in the config, so the reward normaliser of each agent gets the agent's gamma."""
     import ppo
 
-    harness.check(ppo.ALGORITHM, ppo.Config(env="Pendulum-v1", total_timesteps=2048, sweep=("gamma=0.9,0.99",)))
+    check_program(ppo.ALGORITHM, ppo.Config(env="Pendulum-v1", total_timesteps=2048, sweep=("gamma=0.9,0.99",)))
 
 
 def test_sweep_grid_order_and_agent_layout():

@@ -49,7 +49,8 @@ def time_rows(args: Args, num_devices: int):
 
     sys.path.insert(0, ROOT)
     import ppo
-    from scanrl.harness.agents import agent_layout, init_agents, over_agents
+    from scanrl.harness.agents import over_agents
+    from scanrl.harness.program import agent_layout
 
     mesh = Mesh(np.array(jax.devices()[:num_devices]), ("agents",))
     sharding = NamedSharding(mesh, PartitionSpec("agents"))
@@ -62,11 +63,11 @@ def time_rows(args: Args, num_devices: int):
         config = ppo.Config(env=args.env, num_seeds=num_seeds, total_timesteps=per_agent)
         keys, swept, _ = agent_layout(config, [{}])
         init, update = ppo.make_train_parts(config)
-        iterations = ppo.num_iterations(config)
+        iterations = config.total_timesteps // ppo.steps_per_iteration(config)
         run = over_agents(lambda runner, update=update, n=iterations: jax.lax.scan(
             lambda r, _: update(r), runner, None, n), mesh, (0,))
         start = time.perf_counter()
-        runner = init_agents(lambda key, swept, init=init: init(key), sharding, keys, swept)
+        runner = jax.device_put(jax.jit(jax.vmap(init))(keys), sharding)  # made on one device, then split
         compiled = run.lower(runner).compile()
         compile_s = time.perf_counter() - start
         times = []

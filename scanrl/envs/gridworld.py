@@ -9,7 +9,6 @@ The observation is the agent's cell `(row, col)`; `num_states` and `state_index`
     env, env_params = envs.make("GridWorld-v0", rows=5, cols=5, start=(4, 4), goal=(0, 0), random_start=True)
 """
 
-import os
 from typing import Any
 
 import jax
@@ -17,8 +16,6 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
-
-from scanrl.harness.files import save_figure
 
 # right, down, left, up as (row, col) offsets
 MOVES = ((0, 1), (1, 0), (0, -1), (-1, 0))
@@ -131,8 +128,9 @@ def greedy_path_length(env: GridWorld, env_params, q_table):
     return jnp.where(arrived, steps, -1)
 
 
-def plot_q_values(path, env: GridWorld, q_tables, title):
-    """The grid coloured by max_a Q (mean over agents) with the greedy action of the mean table in each cell."""
+def plot_q_values(env: GridWorld, q_tables, title):
+    """The grid coloured by max_a Q (mean over agents) with the greedy action of the mean table in each cell: a
+    matplotlib figure, which the harness saves in the run directory."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -158,17 +156,15 @@ def plot_q_values(path, env: GridWorld, q_tables, title):
     ax.set_xticks(range(env.cols))
     ax.set_yticks(range(env.rows))
     ax.set_title(title)
-    save_figure(fig, path)  # as the harness writes its files: never through a link planted at the name
+    return fig
 
 
-def write_q_values(point_dir, env: GridWorld, stats, title):
+def q_value_outputs(env: GridWorld, stats, title):
     """q_values.png of agents' Q-tables (`stats["q_table"]`) and their greedy path lengths, printed and returned as
-    summary fields: -> ({"greedy_path_length": [...]}, [image path])."""
-    path = os.path.join(point_dir, "q_values.png")
-    plot_q_values(path, env, stats["q_table"], title)
+    summary fields: -> ({"greedy_path_length": [...]}, {"q_values.png": figure})."""
     lengths = [None if n < 0 else int(n) for n in stats["greedy_path_length"]]
     print("greedy path length from the start: " + " ".join("-" if n is None else str(n) for n in lengths))
-    return {"greedy_path_length": lengths}, [path]
+    return {"greedy_path_length": lengths}, {"q_values.png": plot_q_values(env, stats["q_table"], title)}
 
 
 def make_gridworld(rows: int = 8, cols: int = 12, start=(7, 11), goal=(0, 0), random_start: bool = False,

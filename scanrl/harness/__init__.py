@@ -4,31 +4,34 @@ A script holds one algorithm (its `Config`, networks, `make_train_parts(config) 
 policy and the checks that belong to it) and hands it over as an `Algorithm` to `harness.main`, which does the rest.
 A script meets six names of it: `prepare_jax`, `Flags`, `require`, `ConfigError`, `Algorithm`, `main`.
 
-The modules, each one concern; a module imports only those above it in this list:
+The modules, each one concern, in the order a run passes through them; a module imports only those above it:
 
     flags.py        `Flags` (the flags every script shares), `ConfigError`, `require` and the flag checks
     algorithm.py    `Algorithm`: what the harness knows of an algorithm
     files.py        the one way a file is written in a run directory (never through a link), and its lock
-    tracking.py     wandb
-    stops.py        Ctrl-C / SIGTERM and non-finite values: a run stops where a piece of the scan ends
+    tracking.py     wandb, all of it: a run per sweep point, its live metrics, its summary
+    stops.py        Ctrl-C / SIGTERM, non-finite values, failed writes and callbacks: a run stops in one line
     aggregate.py    IQM and stratified-bootstrap intervals over seeds
     jax_private.py  the private JAX APIs used (the compile cache's store, the coordination service), isolated
     compile_cache.py  JAX's persistent compilation cache, on by default
-    evaluation.py   the programs that measure a policy: the final evaluation, --eval, --eval-sampled
     processes.py    several processes: joining, heartbeats, a watchdog per collective (imported only then)
-    sweeps.py       --sweep: its points, its checks, each agent's parts of the script
-    agents.py       agents (sweep points x seeds) over the devices; the collectives of a run
-    memory.py       the memory check, before anything is allocated
+    agents.py       the devices agents are split over, programs over them, and the collectives of a run
+    memory.py       the memory check, from shapes and compiled programs, before anything is allocated
     checkpoints.py  orbax checkpoints of every agent's whole state, checked before and on restore
-    saved.py        a run's config.json, read back and held to its checkpoint's (--resume, --eval)
-    metrics.py      metrics.csv and the progress lines (and wandb's live metrics)
+    resume.py       --resume before anything compiles: config.json read back and held to its checkpoint's
+    sweeps.py       --sweep: its points, their names, the checks of each point's values
+    metrics.py      metrics.csv and the progress lines
+    program.py      one agent's program, made once per run (`plan` -> `Job`): parts, keys, init, training piece,
+                    evaluation, finite check, swept fields traced
     plots.py        learning_curve.png and a sweep's learning_curves.png
-    rundir.py       the run directory: claimed, owned, its points' folders
-    summaries.py    the end of a run: summary.json, plots, outputs, a sweep's ranking
-    job.py          the one driver: a run's agents and programs (`plan`), compiled (`compile_job`), run in pieces
-    train.py        a new or resumed run, chunk by chunk, then its summaries
-    cli.py          `main`: the command line, checked, then training, --resume or --eval (over the job)
-    contract.py     `python -m scanrl.harness.contract SCRIPT`: the checks a fork must pass (over the job)
+    rundir.py       the run directory: claimed or taken over, owned (the lock), its points' folders
+    loop.py         the compiled run: compiled (memory check), then one chunk loop (pieces, checkpoint, divergence,
+                    stop), and evaluations in pieces
+    summaries.py    the end of a run: its report, summary.json, plots, outputs, a sweep's ranking
+    train.py        a new or resumed run along that path: plan, run directory, compile, chunks, evaluation, summaries
+    cli.py          `main`: the command line read and checked, then training, --resume or --eval (over the plan and
+                    the loop)
+    contract.py     `python -m scanrl.harness.contract SCRIPT`: the checks a fork must pass (over the same)
 
 Importing the harness makes no JAX backend and changes no environment variable. A script calls
 `harness.prepare_jax(__name__)` before `from scanrl import envs` (gymnax makes a backend on import): XLA_FLAGS are

@@ -1,6 +1,5 @@
-"""The agents of a run (sweep points x seeds) as one program split over the devices of every process: their keys
-and swept values, the devices, the program over them (shard_map of a vmap), and the few collectives a run needs
-(trivial on one process)."""
+"""The agents of a run (sweep points x seeds) over the devices of every process: the devices, a program over them
+(shard_map of a vmap), arrays split over them, and the few collectives a run needs (trivial on one process)."""
 
 import contextlib
 
@@ -10,25 +9,6 @@ from jax.experimental import multihost_utils
 from jax.sharding import PartitionSpec
 
 from scanrl.harness.flags import ConfigError, flag
-from scanrl.harness.sweeps import AgentNames, swept_values
-
-
-def seed_keys(config) -> np.ndarray:
-    """`jax.random.PRNGKey(seed + i)` for every seed of the run, (num_seeds, 2) uint32, in one vmapped call."""
-    seeds = np.arange(config.num_seeds, dtype=np.uint32) + np.uint32(config.seed)
-    return np.asarray(jax.vmap(jax.random.PRNGKey)(seeds))
-
-
-def agent_layout(config, points):
-    """-> (keys, swept {field: (agents,) int32 or float32}, names), one row per agent (point-major); numpy arrays,
-    built in time linear in the agents, and the agents' names made only when asked for."""
-    keys = np.tile(seed_keys(config), (len(points), 1))
-    return keys, swept_values(config, points), AgentNames(config, points)
-
-
-def abstract_agents(parts, keys, swept):
-    """Every agent's initial state as shapes (`parts`: `agent_parts`), what checkpoints restore into."""
-    return jax.eval_shape(jax.vmap(lambda key, values: parts(values)[1](key)), keys, swept)
 
 
 def choose_devices(config, num_agents: int) -> list:
@@ -79,20 +59,6 @@ def local_agents(sharding, num_agents) -> list[int]:
     """The agents this process trains."""
     return [i for index in sharding.addressable_devices_indices_map((num_agents,)).values()
             for i in range(num_agents)[index[0]]]
-
-
-def init_agents(init, sharding, keys, swept):
-    """jit(vmap(init)) for each of this process's devices' agents, assembled into arrays split over the agents. All
-    run on the first device, one device's agents after another, then move: one compile, and never two host devices
-    at once (XLA:CPU, jax 0.10.2, deadlocked running the orthogonal initialiser's QR on two at once)."""
-    jitted, shards = jax.jit(jax.vmap(init)), []
-    placement = sharding.addressable_devices_indices_map(keys.shape[:1])
-    first = next(iter(placement))
-    for device, index in placement.items():
-        local = jax.device_put((keys[index], {k: v[index] for k, v in swept.items()}), first)
-        shards.append(jax.device_put(jax.block_until_ready(jitted(*local)), device))
-    return jax.tree.map(lambda *xs: jax.make_array_from_single_device_arrays(
-        (len(keys),) + xs[0].shape[1:], sharding, list(xs)), *shards)
 
 
 def collective(what):

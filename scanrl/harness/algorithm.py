@@ -1,5 +1,6 @@
 """`Algorithm`: everything the harness knows of an algorithm script, handed over in one object."""
 
+import inspect
 import os
 import sys
 from collections.abc import Callable
@@ -19,13 +20,15 @@ class Algorithm:
     harness vmaps them over agents and splits the agents over devices), PureJaxRL's shape:
     - `init(rng) -> runner`: the agent's whole state (networks, optimizer, env state, buffers, RNG key, counters);
     - `update(runner) -> (runner, metrics)`: one iteration (a rollout and its update epochs, or one update phase).
-      `metrics` holds scalars named in `metric_keys`: `episode_return` (the mean of the episodes that ended in the
-      iteration, NaN if none did) and whatever else the script reports (`updates`: gradient updates so far, for
-      updates/s). The harness adds `env_steps` (`steps_per_iteration` per iteration) and `nonfinite` (a NaN or an
-      infinity in any flax `TrainState` of the runner, or in any float of a runner that holds none).
+      `metrics` is a dict of scalars, metrics.csv's columns in the order the dict gives them: `episode_return` (the
+      mean of the episodes that ended in the iteration, NaN if none did) and whatever else the script reports
+      (`updates`: gradient updates so far, for updates/s). The harness adds `env_steps` (`steps_per_iteration` per
+      iteration) and `nonfinite` (a NaN or an infinity in any flax `TrainState` of the runner, or in any float of a
+      runner that holds none).
 
     The command line runs `lax.scan` of `update`, as a script's `make_train` does, in pieces of a fixed length with
-    the run's metrics and checkpoints written between them.
+    the run's metrics and checkpoints written between them; a run has total_timesteps // steps_per_iteration(config)
+    iterations.
 
     Sweeps: the harness calls `make_train_parts` once per agent inside the compiled program, with a config whose
     swept fields hold that agent's values (traced scalars), so `config.learning_rate` anywhere in the script is the
@@ -38,22 +41,20 @@ class Algorithm:
     make_train_parts: Callable
     """see above"""
     steps_per_iteration: Callable[[Any], int]
-    """env steps of one agent in one iteration, for a config; a run has total_timesteps // this many iterations"""
+    """env steps of one agent in one iteration, for a config"""
     policy: Callable
     """`(config, runner) -> policy`: one agent's deterministic policy, `act(obs batch) -> action batch`, or, for a
     policy with memory, an `envs.RecurrentPolicy` (its initial memory and `step(memory, obs, start) -> (memory,
-    action)`): the final evaluation, --eval and --gif carry its memory through each episode"""
-    metric_keys: tuple[str, ...] | Callable[[Any], tuple[str, ...]]
-    """the keys of `update`'s metrics, in metrics.csv's order (after `seed`, `iteration` and `env_steps`)"""
+    action)`): the final evaluation, --eval and --gif carry its memory through each episode. A policy that takes a
+    third argument, `key`, gives with a key the policy training acts with, each action sampled with randomness from
+    `key` (`blocks.sampling_policy`), for --eval --eval-sampled; one without it is deterministic (greedy Q-values,
+    TD3's actor)"""
     validate: Callable[[Any], None] = _no_checks
     """raises `ConfigError` for a config this algorithm cannot train (the shared flags are checked already)"""
-    sampled_policy: Callable | None = None
-    """`(config, runner, key) -> policy`: the policy training acts with, each action sampled with randomness from
-    `key` (an `envs.RecurrentPolicy`, e.g. `blocks.sampling_policy`), for --eval --eval-sampled; None where the
-    script's policy is deterministic (greedy Q-values, TD3's actor)"""
     write_outputs: Callable | None = None
-    """`(config, point_dir, runner) -> (summary fields, image paths)`: extra outputs of a sweep point, from its
-    agents' final runners (numpy, stacked on a leading agent axis); None: none"""
+    """`(config, runner) -> (summary fields, {file name: matplotlib figure})`: extra outputs of a sweep point, from
+    its agents' final runners (numpy, stacked on a leading agent axis), the figures saved in its directory; None:
+    none"""
 
     @property
     def script(self) -> str:
@@ -70,7 +71,7 @@ class Algorithm:
     def num_iterations(self, config) -> int:
         return config.total_timesteps // self.steps_per_iteration(config)
 
-    def metric_keys_of(self, config) -> tuple[str, ...]:
-        """metrics.csv's columns after `seed` and `iteration`: env_steps, the script's metrics, nonfinite."""
-        keys = self.metric_keys(config) if callable(self.metric_keys) else self.metric_keys
-        return ("env_steps", *keys, "nonfinite")
+    @property
+    def samples(self) -> bool:
+        """Whether the policy can act as training does (it takes a `key`): --eval-sampled."""
+        return "key" in inspect.signature(self.policy).parameters

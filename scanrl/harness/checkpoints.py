@@ -4,7 +4,6 @@ optimizer, env states, replay buffers, RNG keys, hparams), the metrics so far (i
 files are written."""
 
 import contextlib
-import csv
 import dataclasses
 import itertools
 import logging
@@ -177,41 +176,3 @@ def checksums(tree) -> list[int] | None:
     if jax.process_count() > 1:
         return None
     return [zlib.crc32(np.ascontiguousarray(np.asarray(x)).view(np.uint8)) for x in jax.tree.leaves(tree)]
-
-
-def require_checkpoints_for_progress(run_dir, script):
-    """--resume: ConfigError where metrics.csv (the run's or a sweep point's) records iterations but checkpoints/
-    holds none to go on from: starting again would replace them. A run killed before its first checkpoint recorded
-    no rows either, and starts again."""
-    folder = os.path.join(run_dir, "checkpoints")
-    if os.path.lexists(folder) and not os.path.isdir(folder):
-        raise ConfigError(f"--resume: {folder} is not a folder; move it away (and put back the run's checkpoints/ "
-                          "if you have them), then resume")
-    if os.path.isdir(folder) and any(name.isdigit() for name in os.listdir(folder)):
-        return
-    done = 0
-    for point in ["", *(d for d in os.listdir(run_dir) if "=" in d)]:
-        try:
-            with open(os.path.join(run_dir, point, "metrics.csv"), newline="") as f:
-                for row in csv.reader(f):  # row by row: the rows before a damaged one still count
-                    if len(row) > 1 and row[1].isdigit():
-                        done = max(done, int(row[1]))
-        except (OSError, UnicodeDecodeError, csv.Error):
-            continue
-    if done:
-        missing = "holds no checkpoint" if os.path.isdir(folder) else "is missing"
-        raise ConfigError(f"--resume: {folder} {missing}, but metrics.csv records {done} iterations: starting again "
-                          f"would discard them; put back its checkpoints, or train a new run (python {script} "
-                          "without --resume)")
-
-
-def trained_config(run_dir):
-    """-> (the newest checkpoint with a readable record, the config it was trained with, as JSON); None if the run
-    has none (a damaged one is left to the restore to report)."""
-    if not os.path.isdir(os.path.join(run_dir, "checkpoints")):
-        return None
-    with contextlib.suppress(Exception), Checkpoints(run_dir) as checkpoints:
-        for step in sorted(checkpoints.manager.all_steps(), reverse=True):
-            with contextlib.suppress(Exception):
-                return os.path.join(checkpoints.folder, str(step)), dict(checkpoints.meta(step)["config"])
-    return None

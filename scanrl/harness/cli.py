@@ -14,15 +14,14 @@ import tyro
 
 from scanrl.harness import compile_cache
 from scanrl.harness.agents import gather
-from scanrl.harness.checkpoints import Checkpoints, require_checkpoints_for_progress, trained_config
-from scanrl.harness.evaluation import eval_policy, evaluation_keys
-from scanrl.harness.files import RunLock
+from scanrl.harness.checkpoints import Checkpoints
 from scanrl.harness.flags import ConfigError, check_flags, check_paths, description
-from scanrl.harness.job import awake, compile_job, env_failure, plan, run_evaluation
+from scanrl.harness.loop import awake, compile_job, env_failure, run_evaluation
 from scanrl.harness.memory import size_flags
-from scanrl.harness.saved import given_fields, read_run_config, resumed_config, trained_fields
+from scanrl.harness.program import eval_policy, evaluation_keys, plan
+from scanrl.harness.resume import given_fields, read_run_config, resumed, trained_config, trained_fields
 from scanrl.harness.stops import RunStopped, StopRequest
-from scanrl.harness.sweeps import check_sweep_points, check_swept, sweep_points
+from scanrl.harness.sweeps import check_sweep_points, sweep_overrides, sweep_points
 from scanrl.harness.train import train
 
 
@@ -42,14 +41,13 @@ def main(algorithm, config=None):
             with StopRequest(exit_process=given is not None) as stop:
                 evaluate_run(algorithm, config, stop)
             return
-        with contextlib.ExitStack() as held:
-            if config.resume is not None:
-                if config.process_id == 0 and os.path.isdir(config.resume):  # one owner from here to the end
-                    held.enter_context(RunLock(config.resume, "--resume"))
-                config = resumed_config(algorithm, config, given or (), trained_config(config.resume))
-                require_checkpoints_for_progress(config.resume, algorithm.script)
-            config, points = check(algorithm, config)
-            train(algorithm, config, points, exit_process=given is not None)
+        if config.resume is not None:
+            config = resumed(algorithm, config, given or ())
+        config, points = check(algorithm, config)
+        if jax.process_index() == 0:
+            for note in sweep_overrides(algorithm, config, points):
+                print(note)
+        train(algorithm, config, points, exit_process=given is not None)
     except RunStopped as stopped:
         print(stopped, file=sys.stderr)
         if stopped.abandon and given is not None:  # from the command line: nothing of this process is needed
@@ -61,7 +59,7 @@ def main(algorithm, config=None):
         if "RESOURCE_EXHAUSTED" not in str(error):
             raise
         cause = str(error).strip().splitlines()[0]
-        print(f"error: out of memory ({cause}): lower {size_flags(algorithm, config)}", file=sys.stderr)
+        print(f"error: out of memory ({cause}): lower {size_flags(config)}", file=sys.stderr)
         sys.exit(1)
     except Exception as error:  # a bad config, or the user's own env failing where it is first traced (--eval, shapes)
         failure = error if isinstance(error, ConfigError) else None if config is None else env_failure(config, error)
@@ -97,13 +95,13 @@ def parse_flags(algorithm):
 
 
 def check(algorithm, config):
-    """-> (the config as it trains, its sweep points); ConfigError if it cannot be trained. Writes nothing."""
+    """-> (the config as it trains, its sweep points); ConfigError if it cannot be trained. Writes nothing. (That
+    each swept field takes one value per agent is checked on the program: `program.plan`.)"""
     check_flags(config)
     check_env(config)
     algorithm.validate(config)
     points = sweep_points(algorithm, config)
     check_sweep_points(algorithm, config, points)
-    check_swept(algorithm, config, points)
     iterations = algorithm.num_iterations(config)
     if iterations < 1:
         raise ConfigError(f"--total-timesteps {config.total_timesteps} is less than one iteration of "
@@ -131,7 +129,7 @@ def eval_config(algorithm, config):
     from scanrl import envs
 
     check_paths(config)
-    if config.eval_sampled and algorithm.sampled_policy is None:
+    if config.eval_sampled and not algorithm.samples:
         raise ConfigError(f"--eval-sampled: {algorithm.name}'s policy is deterministic (its evaluation acts as it "
                           "does); drop --eval-sampled")
     saved = read_run_config(algorithm, config.eval, "--eval", config.env)

@@ -57,7 +57,7 @@ def load_script(path):
 def tiny_config(algorithm, flags, out_dir):
     """The script's config from `flags`, tiny where they do not say: 2 seeds, 2 eval episodes, about 4 iterations in
     4 chunks, every checkpoint kept, in `out_dir`."""
-    from scanrl.harness.saved import given_fields
+    from scanrl.harness.resume import given_fields
 
     config = tyro.cli(algorithm.config, args=list(flags))
     given = given_fields(algorithm, flags)
@@ -85,25 +85,22 @@ def run_main(module, config):
 
 def check_make_train(module, config):
     """make_train of the plain config traces to one agent's whole run: the scan of `update` the command line runs,
-    with the metrics it reports (METRIC_KEYS) on an iteration axis."""
+    its metrics on an iteration axis."""
     import jax
 
     algorithm = module.ALGORITHM
     config = dataclasses.replace(config, num_chunks=None)
     _, metrics = jax.eval_shape(module.make_train(config), jax.random.PRNGKey(config.seed))
     rows = algorithm.num_iterations(config)
-    keys = algorithm.metric_keys_of(config)[1:-1]  # without the harness's env_steps and nonfinite
-    if set(metrics) != set(keys):
-        raise ContractFailure(f"make_train's metrics are {', '.join(metrics)}; METRIC_KEYS names {', '.join(keys)}")
     shapes = {k: v.shape for k, v in metrics.items() if v.shape != (rows,)}
     if shapes:
         raise ContractFailure(f"make_train's metrics have shapes {shapes}, not ({rows},): is it the scan of update "
                               f"over the {rows} iterations?")
-    return f"{rows} iterations"
+    return f"{rows} iterations, metrics {', '.join(metrics)}"
 
 
 def check_name(module, config, whole):
-    from scanrl.harness.saved import read_run_config
+    from scanrl.harness.resume import read_run_config
 
     algorithm = module.ALGORITHM
     saved = json.loads(Path(whole, "config.json").read_text())
@@ -126,15 +123,15 @@ def restored_leaves(module, config, run_dir):
     """Every array of a run's newest checkpoint, and its step."""
     import jax
 
-    from scanrl.harness.agents import abstract_agents, agent_layout
     from scanrl.harness.checkpoints import Checkpoints
-    from scanrl.harness.sweeps import agent_parts, sweep_points
+    from scanrl.harness.program import plan
+    from scanrl.harness.sweeps import sweep_points
 
     algorithm = module.ALGORITHM
-    keys, swept, _ = agent_layout(config, sweep_points(algorithm, config))
-    abstract = abstract_agents(agent_parts(algorithm, config), keys, swept)
+    with contextlib.redirect_stdout(io.StringIO()):  # its notes (devices) are not the contract's
+        job = plan(algorithm, config, sweep_points(algorithm, config))
     with Checkpoints(run_dir) as checkpoints:
-        runner, _, step = checkpoints.restore("--eval", algorithm.name, config, abstract, False)
+        runner, _, step = checkpoints.restore("--eval", algorithm.name, config, job.abstract_runner, False)
     return step, [np.asarray(x) for x in jax.tree.leaves(runner)]
 
 
@@ -181,7 +178,8 @@ def changed_metrics(algorithm, config, values):
     program with a base point and one point per field (one seed each)."""
     import jax
 
-    from scanrl.harness.job import plan, run_pieces
+    from scanrl.harness.loop import run_pieces
+    from scanrl.harness.program import plan
 
     names = list(values)
     base = {k: getattr(config, k) for k in names}
@@ -212,16 +210,18 @@ def check_fields(module, config):
     refuses). One read but changing no metric fails: a sweep of it would train alike and nothing would say so."""
     import jax
 
-    from scanrl.harness.sweeps import check_sweep_points, check_swept, dtype_of, probe_program, sweepable_fields
+    from scanrl.harness.program import agent_parts, check_swept, probe_program
+    from scanrl.harness.sweeps import check_sweep_points, dtype_of, sweepable_fields
 
     algorithm, swept = module.ALGORITHM, dataclasses.replace(config, sweep=("contract",))
+    parts = agent_parts(algorithm, config)
     fixed, left = [], {}
     for name in sweepable_fields(config):
         others = other_values(getattr(config, name), lambda v, name=name: holds(
             check_sweep_points, algorithm, swept, [{name: v}], errors=ConfigError))
         if not others:
             fixed.append(f"{name} (no other value accepted)")
-        elif not holds(jax.eval_shape, probe_program(algorithm, config, name),
+        elif not holds(jax.eval_shape, probe_program(algorithm, parts, name),
                        jax.ShapeDtypeStruct((), dtype_of(config, name))):
             fixed.append(name)
         else:
@@ -237,7 +237,7 @@ def check_fields(module, config):
             changed += shown
             left = {k: v for k, v in left.items() if k not in shown}
     # No effect: read nowhere (what --sweep refuses), or read to no effect (a failure).
-    unread = [k for k, v in left.items() if not holds(check_swept, algorithm, swept, [{k: v[0]}], errors=ConfigError)]
+    unread = [k for k in left if not holds(check_swept, algorithm, swept, [k], parts, errors=ConfigError)]
     left = [k for k in left if k not in unread]
     notes = (f"fixed per program: {', '.join(fixed) or '-'}; read nowhere with this config (--sweep refuses them): "
              f"{', '.join(unread) or '-'}")

@@ -6,10 +6,8 @@ import os
 import re
 
 import jax
-import jax.numpy as jnp
 
-from scanrl.harness.flags import ConfigError, Flags, flag, require_count
-from scanrl.harness.sweeps import agent_parts
+from scanrl.harness.flags import ConfigError, Flags, flag
 
 
 def available_memory(device) -> tuple[int | None, str]:
@@ -43,21 +41,16 @@ def cgroup_memory_left(root="/sys/fs/cgroup") -> int | None:
     return None
 
 
-def check_agent_memory(algorithm, config, num_agents):
-    """ConfigError before anything is made per agent: too many agents for an int32 count, or for their state alone:
-    one agent's state (from shapes, nothing allocated) twice (training and a checkpoint's host copy) and its metrics
-    history, times this process's agents. `check_memory` follows, from the compiled programs."""
-    require_count(num_agents, "agents (--num-seeds x sweep points)", flag("num_seeds"))
-    _, init, _ = agent_parts(algorithm, config)({})
-    one = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(jax.eval_shape(
-        init, jax.ShapeDtypeStruct((2,), jnp.uint32))))
-    history = algorithm.num_iterations(config) * len(algorithm.metric_keys_of(config)) * 4
+def check_agent_memory(config, num_agents, state_bytes):
+    """ConfigError before anything is made per agent: the agents' state (`state_bytes`, from shapes, nothing
+    allocated) twice (training and a checkpoint's host copy), for this process's agents. `check_memory` follows,
+    from the compiled programs and the metrics history."""
+    one = state_bytes // num_agents
     local = -(-num_agents // jax.process_count())
-    _refuse_beyond_memory(local * (2 * one + history + 8), local * one, f"{local:,} agents",
-                          size_flags(algorithm, config, history > one))
+    _refuse_beyond_memory(local * (2 * one + 8), local * one, f"{local:,} agents", size_flags(config))
 
 
-def check_memory(config, algorithm, programs, state_bytes, host_bytes, evaluation=None):
+def check_memory(config, programs, state_bytes, host_bytes, evaluation=None):
     """ConfigError when the run cannot fit: each compiled program's arguments, outputs and temporaries (XLA's
     `memory_analysis`, per device; host devices share the host's memory, so on CPU they add up), plus a checkpoint's
     host copy of the agents' state and `host_bytes` (the metrics history). `evaluation`: the compiled final
@@ -72,7 +65,7 @@ def check_memory(config, algorithm, programs, state_bytes, host_bytes, evaluatio
                      + stats.temp_size_in_bytes)
     on_cpu = devices[0].platform == "cpu"
     need = max(needs) * (len(devices) if on_cpu else 1) + (state_bytes + host_bytes if on_cpu else 0)
-    lower = size_flags(algorithm, config, host_bytes > state_bytes)
+    lower = size_flags(config, host_bytes > state_bytes)
     if evaluation is not None and needs[-1] > max(needs[:-1], default=0):
         lower = (f"{flag('eval_episodes')} (the final evaluation plays {config.eval_episodes:,} episodes per agent at "
                  f"once), or {lower}")
@@ -87,10 +80,10 @@ def _refuse_beyond_memory(need, state_bytes, agents, lower):
                           f"state of its {agents}) and {where} has {free / 1e9:.1f} GB available: lower {lower}")
 
 
-def size_flags(algorithm, config, history=False) -> str:
+def size_flags(config, history=False) -> str:
     """The flags that lower the memory a run needs: "--num-seeds, --buffer-size or --hidden-size"."""
     flags = [flag("num_seeds")] + ([flag("sweep") + " values"] if config.sweep else [])
-    own = [f.name for f in dataclasses.fields(algorithm.config) if f.name not in Flags.__dataclass_fields__]
+    own = [f.name for f in dataclasses.fields(config) if f.name not in Flags.__dataclass_fields__]
     flags += [flag(name) for name in own if re.search(r"size|num_envs|num_steps", name)]
     flags += [flag("total_timesteps")] if history else []
     return f"{', '.join(flags[:-1])} or {flags[-1]}" if len(flags) > 1 else flags[0]

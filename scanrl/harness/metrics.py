@@ -1,5 +1,5 @@
 """What a run reports as it trains: metrics.csv (its rows appended as chunks end) and the progress lines, with each
-sweep point's metrics to its wandb run."""
+sweep point's metrics to its wandb run (`tracking.Tracking`)."""
 
 import csv
 import os
@@ -8,7 +8,6 @@ import time
 import numpy as np
 
 from scanrl.harness.files import folder, open_append, replaced
-from scanrl.harness.tracking import safe_wandb
 
 COUNTS = ("env_steps", "episodes", "updates")  # metrics that count something, written as integers
 
@@ -46,9 +45,9 @@ class Progress:
     """The progress lines of a run (process 0): after each piece of a chunk, a line for each iteration due (every
     `period`, and the last) over this process's agents, and each sweep point's metrics to its wandb run."""
 
-    def __init__(self, config, points, agents, wandb_runs, keys, period):
+    def __init__(self, config, points, agents, tracking, keys, period):
         self.seed, self.num_seeds, self.points, self.keys = config.seed, config.num_seeds, points, keys
-        self.agents, self.wandb_runs, self.period = np.sort(agents), wandb_runs, period  # wandb: one run per point
+        self.agents, self.tracking, self.period = np.sort(agents), tracking, period
         self.last = None  # the run's last iteration: always shown, whatever the period
         self.start = time.perf_counter()
         self.start_steps = 0  # env steps per agent already done at `start` (a resumed run)
@@ -85,9 +84,9 @@ class Progress:
         if len(agents) < len(self.points) * self.num_seeds:
             line += f"  ({plural(len(agents), 'agent')} of process 0)"
         print(line, flush=True)
-        for p, wandb_run in enumerate(self.wandb_runs):
+        for p in self.tracking.tracked():
             mine = point == p
-            if wandb_run is None or not mine.any():
+            if not mine.any():
                 continue
             point_returns, none = returns[mine], np.all(np.isnan(returns[mine]))
             log = {"sps": sps * mine.sum() / len(agents),
@@ -96,7 +95,7 @@ class Progress:
                    "episode_return/max": np.nan if none else np.nanmax(point_returns),
                    **{f"episode_return/seed_{self.seed + a % self.num_seeds}": float(r)
                       for a, r in zip(agents[mine], point_returns, strict=True)}}
-            safe_wandb(wandb_run.log, log, step=env_steps)
+            self.tracking.log(p, log, env_steps)
 
 
 def nanmean(values):

@@ -1,6 +1,6 @@
 """The run directory: <out-dir>/<run-name>/ claimed by a new run (config.json written first, exclusively) or taken
-over by --resume, owned (`files.RunLock`) until the run ends; its sweep points' folders, metrics.csv files and wandb
-runs. Only process 0 writes."""
+over by --resume, owned (`files.RunLock`) until the run ends; its sweep points' folders and metrics.csv files. Only
+process 0 writes."""
 
 import dataclasses
 import json
@@ -15,14 +15,14 @@ from scanrl.harness.files import RunLock, replaced
 from scanrl.harness.flags import ConfigError
 from scanrl.harness.metrics import MetricsCsv
 from scanrl.harness.sweeps import point_label, point_rows
-from scanrl.harness.tracking import finish_wandb, start_wandb
 
 
 class RunDirectory:
-    """<out-dir>/<run-name>/ of a new or resumed run, its sweep points' directories and their wandb runs."""
+    """<out-dir>/<run-name>/ of a new or resumed run and its sweep points' directories."""
 
-    def __init__(self, algorithm, config, points, lead):
-        self.name, self.config, self.points, self.lead = algorithm.name, config, points, lead
+    def __init__(self, name, config, points, lead):
+        """`name`: the algorithm's (its runs' names and config.json's "algo")."""
+        self.name, self.config, self.points, self.lead = name, config, points, lead
         if config.resume is not None:
             self.path = os.path.realpath(config.resume)  # reached through a link, as it is: its files' folder is none
             if lead and self.path != os.path.abspath(config.resume):  # only where the user named a link
@@ -38,16 +38,14 @@ class RunDirectory:
                                                       "resume": None}) if lead else ""
             if broadcast(len(claimed)):  # process 0 could not claim it: every process stops
                 raise ConfigError(claimed or f"run directory {self.path} could not be claimed by process 0")
-            # Owned to the end of the run; --resume's lock is taken by `harness.main`, before it reads the config.
-            self.lock = RunLock(self.path, "the new run") if lead else None
+        # Owned to the end of the run: one process trains in a run directory at a time.
+        self.lock = RunLock(self.path, "--resume" if config.resume is not None else "the new run") if lead else None
         self.sweep = len(points) > 1
-        self.point_dirs = [os.path.join(self.path, point_label(p)) if self.sweep else self.path for p in points]
-        self.wandb_runs = []
-
-    lock = None
+        self.labels = [point_label(p) for p in points]  # the points' names, and a sweep's folders
+        self.point_dirs = [os.path.join(self.path, label) if self.sweep else self.path for label in self.labels]
 
     def release(self):
-        """Gives up a new run's directory (the end of the run)."""
+        """Gives up the run directory (the end of the run)."""
         if self.lock is not None:
             self.lock.release()
 
@@ -56,19 +54,6 @@ class RunDirectory:
         if self.lead and self.config.resume is None:
             self.release()
             shutil.rmtree(self.path, ignore_errors=True)
-
-    def start_wandb(self):
-        """One wandb run per sweep point (--track, process 0); once one could not start, the others do not try."""
-        config = self.config
-        if not (config.track and self.lead):
-            return
-        for p in self.points:
-            if self.wandb_runs and self.wandb_runs[-1] is None:
-                self.wandb_runs.append(None)
-                continue
-            self.wandb_runs.append(start_wandb(
-                config, f"{self.run_name}/{point_label(p)}" if self.sweep else self.run_name, self.path,
-                (config.wandb_group or self.run_name) if self.sweep else config.wandb_group, p))
 
     def open_metrics(self, keys, history=None):
         """Starts each point's metrics.csv; a resumed run's is rebuilt from `history` (its checkpoint's metrics),
@@ -84,12 +69,6 @@ class RunDirectory:
     def append_metrics(self, first, metrics):
         for p, metrics_csv in enumerate(self.metrics_csvs):
             metrics_csv.append(first, point_rows(metrics, p, self.config.num_seeds))
-
-    def finish_wandb(self, summaries=None, images=None, exit_code=0):
-        for p, wandb_run in enumerate(self.wandb_runs):
-            summary = summaries and summaries[p]
-            finish_wandb(wandb_run, summary, images[p] if images else (), exit_code,
-                         step=summary.get("env_steps") if summary else None)
 
 
 def claim_run_directory(path, config_json) -> str:

@@ -8,7 +8,6 @@ import signal
 import sys
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 
@@ -20,17 +19,6 @@ class RunStopped(Exception):
     def __init__(self, message, code, abandon=False):
         super().__init__(message)
         self.code, self.abandon = code, abandon
-
-
-def learned_finite(runner):
-    """In the jit: True if no flax `TrainState` in `runner` (else, as in a Q-table, no float of it) holds a NaN or an
-    infinity. Env states and replay buffers are not read: they may hold infinities by design, and a buffer is large."""
-    from flax.training.train_state import TrainState
-
-    states = [(x.params, x.opt_state) for x in jax.tree.leaves(runner, is_leaf=lambda x: isinstance(x, TrainState))
-              if isinstance(x, TrainState)]
-    leaves = [x for x in jax.tree.leaves(states or runner) if jnp.issubdtype(x.dtype, jnp.inexact)]
-    return jnp.array([jnp.isfinite(x).all() for x in leaves], bool).all()
 
 
 def write_failed(error: OSError, script, run_dir):

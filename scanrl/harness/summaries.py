@@ -4,16 +4,20 @@ plot; the report printed; the wandb runs ended."""
 
 import os
 
+import jax
 import numpy as np
 
 from scanrl.harness import aggregate
-from scanrl.harness.metrics import nanmean, to_json
+from scanrl.harness.agents import gather
+from scanrl.harness.files import save_figure
+from scanrl.harness.metrics import nanmean, plural, to_json
 from scanrl.harness.plots import carried_returns, carry_forward, plot_learning_curve, plot_sweep, shared_ylim
 from scanrl.harness.rundir import write_json
+from scanrl.harness.stops import write_failed
 from scanrl.harness.sweeps import point_label, point_rows
 
 
-def write_summaries(run_dir, algorithm, history, eval_returns, runner, extra):
+def write_summaries(run_dir, tracking, algorithm, history, eval_returns, runner, extra):
     """Every output of a finished run (`run_dir`: its `RunDirectory`), the report printed, the wandb runs ended.
     `runner`: on the host where the algorithm has `write_outputs`."""
     config, points = run_dir.config, run_dir.points
@@ -31,7 +35,7 @@ def write_summaries(run_dir, algorithm, history, eval_returns, runner, extra):
     if run_dir.sweep:
         rank_points(run_dir, summaries, extra)
     print(f"written to {run_dir.path}\n{'=' * 72}")
-    run_dir.finish_wandb(summaries, images)
+    tracking.finish(summaries, images)
 
 
 def point_summary(run_dir, algorithm, p, rows, extra, title, ylim):
@@ -70,9 +74,9 @@ def point_summary(run_dir, algorithm, p, rows, extra, title, ylim):
     print(f"eval return (deterministic policy):  mean {returns.mean():.2f}, {iqm}per seed "
           + " ".join(f"{r:.1f}" for r in returns))
     if algorithm.write_outputs is not None:
-        fields, more_images = algorithm.write_outputs(config, point_dir, runner)
+        fields, figures = algorithm.write_outputs(config, runner)
         summary.update(fields)
-        images += more_images
+        images += [save_figure(figure, os.path.join(point_dir, name)) for name, figure in figures.items()]
     write_json(os.path.join(point_dir, "summary.json"), summary)
     return summary, images
 
@@ -111,3 +115,34 @@ def final_returns(metrics, with_fallback=False):
     fallback = episodes.sum(axis=1) == 0
     final = np.where(fallback, carry_forward(metrics["episode_return"])[:, -1], final)
     return (final, fallback) if with_fallback else final
+
+
+def summarize(job, eval_returns, runner, history, run_dir, tracking, extra):
+    """The end of a trained run: its report (counts, speeds) and the run directory's summaries, from every agent's
+    final evaluation (`eval_returns`: agents x episodes), final runner and metrics history."""
+    algorithm, config, num_agents = job.algorithm, job.config, len(job.keys)
+    if algorithm.write_outputs is not None:  # its outputs are made from the final runners, on the host
+        runner = gather(runner, "the final runners")
+    if not job.lead:
+        return
+    done = extra["resumed_after_iteration"] or 0
+
+    def count_and_rate(key):
+        """Per agent at the end; per second over all agents of this process's training (after iteration `done`)."""
+        count = int(history[key][0, -1])
+        return count, (count - (int(history[key][0, done - 1]) if done else 0)) * num_agents / extra["train_s"]
+
+    env_steps, sps = count_and_rate("env_steps")
+    extra = {**extra, "sps": sps, "num_devices": int(job.mesh.devices.size), "num_processes": jax.process_count()}
+    counts, speeds = f"{env_steps} env steps", f"{sps:.0f} env steps/s"
+    if "updates" in history:  # gradient updates, where an algorithm counts them apart from iterations
+        updates, updates_per_s = count_and_rate("updates")
+        extra = {"updates": updates, **extra, "updates_per_s": updates_per_s}
+        counts, speeds = f"{counts} and {updates} updates", f"{speeds} and {updates_per_s:.0f} updates/s"
+    print(f"\n{'=' * 72}\n{algorithm.name} on {config.env}: {plural(num_agents, 'agent')}, {counts} each")
+    print(f"compile {extra['compile_s']:.1f} s, train {extra['train_s']:.1f} s, {speeds} over all agents")
+    try:
+        write_summaries(run_dir, tracking, algorithm, history, eval_returns.mean(axis=1), runner, extra)
+    except OSError as error:
+        tracking.finish(exit_code=1)
+        raise write_failed(error, algorithm.script, run_dir.path) from None

@@ -1,6 +1,6 @@
-"""--sweep: its grid of points, their names, the checks that a swept field can take one value per agent (and changes
-what the program computes), and each point's rows. Agents are point-major: agent p * num_seeds + s trains sweep
-point p with seed `seed + s`, so every point sees the seeds of a run without --sweep."""
+"""--sweep: its grid of points, their names, the checks of each point's values, and each point's rows (agents are
+point-major: `program.plan`). That a swept field can take one value per agent is checked on the program
+(`program.check_swept`)."""
 
 import dataclasses
 import itertools
@@ -8,7 +8,6 @@ import itertools
 import jax
 import numpy as np
 
-from scanrl.harness import jax_private
 from scanrl.harness.flags import MAX_COUNT, ConfigError, Flags, flag, require_finite
 
 
@@ -94,73 +93,6 @@ def dtype_of(config, name):
     return np.int32 if isinstance(getattr(config, name), int) else np.float32
 
 
-def swept_values(config, points) -> dict:
-    """{field: one value per agent} of the swept fields (none without --sweep), point-major like the agents."""
-    return {k: np.repeat(np.array([p[k] for p in points], dtype_of(config, k)), config.num_seeds)
-            for k in points[0]}
-
-
-def probe_program(algorithm, config, name):
-    """`program(value)`: one agent's init, two iterations and evaluation with `value` as its swept `name` -> the
-    iterations' metrics and the trained policy's returns (traced by `check_swept` and the contract)."""
-    from scanrl.harness.evaluation import make_evaluate
-
-    parts, key = agent_parts(algorithm, config), jax.random.PRNGKey(0)
-
-    def program(value):
-        agent_config, init, update = parts({name: value})
-        runner, metrics = jax.lax.scan(lambda runner, _: update(runner), init(key), None, 2)
-        return metrics, make_evaluate(algorithm, agent_config).returns(key, runner)
-
-    return program
-
-
-def check_swept(algorithm, config, points):
-    """ConfigError naming the field, before anything is compiled or written, for a swept field the program cannot
-    take one value per agent of (a shape, a loop length, a Python branch), and for one that changes nothing it
-    computes, so every point would train alike (a fork's unused new field, a field of a part switched off)."""
-    for name in points[0]:
-        try:
-            reads = jax_private.reads_its_input(probe_program(algorithm, config, name),
-                                                jax.ShapeDtypeStruct((), dtype_of(config, name)))
-        except Exception as error:
-            cause = (str(error).strip().splitlines() or [""])[0][:160]
-            raise ConfigError(f"--sweep {name}: {algorithm.script} needs one value of {flag(name)} for the whole "
-                              f"compiled program (it sets a shape, a loop length or a Python branch: "
-                              f"{type(error).__name__}: {cause}); run one job per value") from None
-        if not reads:
-            raise ConfigError(f"--sweep {name}: the value of config.{name} changes nothing {algorithm.script} "
-                              "computes with this config (no metric, no trained policy), so every point would train "
-                              "alike; read it in the compiled program, or drop it from --sweep")
-
-
 def point_rows(tree, p, num_seeds):
     """Sweep point p's rows (its agents) of every array."""
     return jax.tree.map(lambda x: x[p * num_seeds:(p + 1) * num_seeds], tree)
-
-
-class AgentNames:
-    """Agent i's name in messages: its seed ("6"), and in a sweep its point ("6 at learning_rate=0.001")."""
-
-    def __init__(self, config, points):
-        self.seed, self.num_seeds, self.points = config.seed, config.num_seeds, points
-
-    def __getitem__(self, i):
-        p, s = divmod(i, self.num_seeds)
-        return str(self.seed + s) if len(self.points) == 1 else f"{self.seed + s} at {point_label(self.points[p])}"
-
-
-def agent_parts(algorithm, config):
-    """`parts(swept) -> (config, init, update)` of one agent: without swept values the run's own, made once; with
-    them (traced scalars), those of the config holding them, so wherever the script reads a swept field it reads the
-    agent's value."""
-    base = (config, *algorithm.make_train_parts(config))
-
-    def parts(swept):
-        if not swept:
-            return base
-        agent_config = dataclasses.replace(config, **swept)
-        return (agent_config, *algorithm.make_train_parts(agent_config))
-
-    return parts
-

@@ -1,5 +1,6 @@
-"""Weights & Biases: one wandb run per sweep point (grouped by the run), which never stops training: a wandb failure
-becomes a one-line warning and the run goes on with its local files."""
+"""Weights & Biases, all of it: one wandb run per sweep point (grouped by the run), started when training starts, fed
+with the progress lines' metrics, ended with its summary and plots; it never stops training: a wandb failure becomes
+a one-line warning and the run goes on with its local files."""
 
 import dataclasses
 import os
@@ -49,3 +50,35 @@ def finish_wandb(wandb_run, summary=None, image_paths=(), exit_code=0, step=None
 
     if wandb_run is not None:
         safe_wandb(_finish)
+
+
+class Tracking:
+    """The wandb runs of a run (--track, process 0), one per sweep point (`labels`: their names); once one could not
+    start, the others do not try."""
+
+    def __init__(self, config, run_name, run_path, points, labels, lead):
+        self.runs = []
+        if not (lead and config.track):
+            return
+        sweep = len(points) > 1
+        for values, label in zip(points, labels, strict=True):
+            if self.runs and self.runs[-1] is None:
+                self.runs.append(None)
+                continue
+            self.runs.append(start_wandb(config, f"{run_name}/{label}" if sweep else run_name, run_path,
+                                         (config.wandb_group or run_name) if sweep else config.wandb_group, values))
+
+    def tracked(self) -> list[int]:
+        """The sweep points with a wandb run."""
+        return [p for p, run in enumerate(self.runs) if run is not None]
+
+    def log(self, p, metrics, step):
+        safe_wandb(self.runs[p].log, metrics, step=step)
+
+    def finish(self, summaries=None, images=None, exit_code=0):
+        """Ends every point's run: with its summary and images (logged at its last env step) after a finished run."""
+        for p, run in enumerate(self.runs):
+            summary = summaries and summaries[p]
+            finish_wandb(run, summary, images[p] if images else (), exit_code,
+                         step=summary.get("env_steps") if summary else None)
+

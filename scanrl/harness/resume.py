@@ -1,7 +1,11 @@
-"""A run's saved config: config.json read back as the script's Config fields (a run of another script, a value of
-the wrong type or another version's field is one line), and held to the config its newest checkpoint was trained
-with: --resume takes the run's own config with this command line's logging flags; --eval refuses an edited one."""
+"""--resume, before anything compiles: a run's config.json read back as the script's Config fields (a run of another
+script, a value of the wrong type or another version's field is one line; --eval reads it so too), held to the
+config its newest checkpoint was trained with (--resume takes the run's own config with this command line's logging
+flags; --eval refuses an edited one), and the checkpoints its metrics.csv rows need. The run directory is then owned
+(`rundir.RunDirectory`) and training goes on from the newest checkpoint (`loop.start_or_resume`)."""
 
+import contextlib
+import csv
 import dataclasses
 import json
 import os
@@ -9,6 +13,7 @@ import shlex
 import types
 import typing
 
+from scanrl.harness.checkpoints import Checkpoints
 from scanrl.harness.flags import LOGGING_FLAGS, ConfigError, flag
 
 
@@ -155,3 +160,49 @@ def resumed_config(algorithm, config, named=(), trained=None):
     overrides |= {k: getattr(config, k) for k in results if k not in run}  # named on the command line
     run = {k: tuple(v) if isinstance(v, list) else v for k, v in run.items()}
     return algorithm.config(**{**run, **overrides, "resume": config.resume, "eval": None})
+
+
+def resumed(algorithm, config, named=()):
+    """--resume DIR: the run's own config (see `resumed_config`; `named`: the fields the command line names), checked
+    to have the checkpoints its metrics.csv rows need."""
+    config = resumed_config(algorithm, config, named, trained_config(config.resume))
+    require_checkpoints_for_progress(config.resume, algorithm.script)
+    return config
+
+
+def require_checkpoints_for_progress(run_dir, script):
+    """--resume: ConfigError where metrics.csv (the run's or a sweep point's) records iterations but checkpoints/
+    holds none to go on from: starting again would replace them. A run killed before its first checkpoint recorded
+    no rows either, and starts again."""
+    folder = os.path.join(run_dir, "checkpoints")
+    if os.path.lexists(folder) and not os.path.isdir(folder):
+        raise ConfigError(f"--resume: {folder} is not a folder; move it away (and put back the run's checkpoints/ "
+                          "if you have them), then resume")
+    if os.path.isdir(folder) and any(name.isdigit() for name in os.listdir(folder)):
+        return
+    done = 0
+    for point in ["", *(d for d in os.listdir(run_dir) if "=" in d)]:
+        try:
+            with open(os.path.join(run_dir, point, "metrics.csv"), newline="") as f:
+                for row in csv.reader(f):  # row by row: the rows before a damaged one still count
+                    if len(row) > 1 and row[1].isdigit():
+                        done = max(done, int(row[1]))
+        except (OSError, UnicodeDecodeError, csv.Error):
+            continue
+    if done:
+        missing = "holds no checkpoint" if os.path.isdir(folder) else "is missing"
+        raise ConfigError(f"--resume: {folder} {missing}, but metrics.csv records {done} iterations: starting again "
+                          f"would discard them; put back its checkpoints, or train a new run (python {script} "
+                          "without --resume)")
+
+
+def trained_config(run_dir):
+    """-> (the newest checkpoint with a readable record, the config it was trained with, as JSON); None if the run
+    has none (a damaged one is left to the restore to report)."""
+    if not os.path.isdir(os.path.join(run_dir, "checkpoints")):
+        return None
+    with contextlib.suppress(Exception), Checkpoints(run_dir) as checkpoints:
+        for step in sorted(checkpoints.manager.all_steps(), reverse=True):
+            with contextlib.suppress(Exception):
+                return os.path.join(checkpoints.folder, str(step)), dict(checkpoints.meta(step)["config"])
+    return None

@@ -1,5 +1,6 @@
-"""scanrl/harness/job.py: the one driver of the compiled program: the scan in pieces equals one scan, one piece
-length divides the run, the evaluation in pieces equals one call, and a count too large for int32 is one line."""
+"""scanrl/harness/program.py: one agent's program: the scan in pieces equals one scan, one piece length divides the
+run, the evaluation in pieces equals one call, a count too large for int32 is one line, make_train_parts is called
+once per run, and metrics.csv's columns are the metrics dict's keys in the script's order."""
 
 
 import jax
@@ -8,8 +9,7 @@ import pytest
 from cases import exit_code_and_error, tiny_config
 
 from scanrl import harness
-from scanrl.harness.agents import seed_keys
-from scanrl.harness.job import piece_length
+from scanrl.harness.program import piece_length, seed_keys
 
 
 # The harness runs a run's pieces at one scan length; this guards what make_train and a fork's own loop rely on,
@@ -28,7 +28,7 @@ def test_scans_of_update_in_pieces_equal_one_scan(case, tmp_path):
     def scan(length):
         return jax.jit(jax.vmap(lambda runner: jax.lax.scan(lambda r, _: update(r), runner, None, length)))
 
-    assert module.num_iterations(config) == 4
+    assert module.ALGORITHM.num_iterations(config) == 4
     whole_runner, whole = scan(4)(init(keys))
     runner, parts = init(keys), []
     for length in (2, 1, 1):
@@ -45,7 +45,7 @@ def test_one_piece_length_divides_the_run():
     --log-every and a chunk, so one program runs every piece (a prime count falls back to pieces of one)."""
     import ppo
 
-    assert ppo.num_iterations(ppo.Config()) == 976 and piece_length(976, ppo.Config()) == 16  # 976 = 16 x 61
+    assert ppo.ALGORITHM.num_iterations(ppo.Config()) == 976 and piece_length(976, ppo.Config()) == 16  # 976 = 16 x 61
     assert piece_length(976, ppo.Config(num_chunks=100)) == 8  # at most 9 iterations a chunk
     assert piece_length(97, ppo.Config()) == 1
     assert piece_length(10, ppo.Config(log_every=1000)) == 10
@@ -67,7 +67,7 @@ def test_an_evaluation_in_pieces_plays_the_episodes_of_one_call():
     """The final evaluation runs in pieces of EVAL_PIECE env steps (the host stops it or shows its progress between
     them): pieces of 7 steps give the returns of one while loop over the whole time limit, bit for bit."""
     import ppo
-    from scanrl.harness.evaluation import make_evaluate
+    from scanrl.harness.program import make_evaluate
 
     config = ppo.Config(env="CartPole-v1", eval_episodes=5)
     runner = jax.jit(ppo.make_train_parts(config)[0])(jax.random.PRNGKey(0))

@@ -1,4 +1,4 @@
-"""scanrl/harness/saved.py: a run's config.json, read back for --resume and --eval and held to its
+"""scanrl/harness/resume.py: a run's config.json, read back for --resume and --eval and held to its
 checkpoint's config: a missing, foreign, damaged or edited one is one error line; --resume takes the logging flags the
 command line names."""
 
@@ -56,8 +56,7 @@ def test_resume_holds_config_json_to_the_config_its_checkpoint_was_trained_with(
     run, another seed's labels on the seed-0 agents): it is refused naming the field, unless the command line names
     the field with the checkpoint's value."""
     import ppo
-    from scanrl.harness.checkpoints import trained_config
-    from scanrl.harness.saved import resumed_config
+    from scanrl.harness.resume import resumed_config, trained_config
 
     run_dir = copy_run(finished_runs, "ppo", tmp_path)
     (run_dir / "summary.json").unlink()
@@ -108,7 +107,7 @@ def test_resume_takes_logging_flags_given_at_their_defaults(finished_runs, tmp_p
     """A run directory saved with --track (someone else's, say) resumes with --no-track: a flag the command line
     names wins, although it equals the default."""
     import ppo
-    from scanrl.harness.saved import given_fields, resumed_config
+    from scanrl.harness.resume import given_fields, resumed_config
 
     run_dir = copy_run(finished_runs, "ppo", tmp_path)
     saved = json.loads((run_dir / "config.json").read_text())

@@ -1,0 +1,293 @@
+"""The compiled run and its one loop: the job's programs compiled (with the memory check), then chunks of pieces
+of the scan from fresh agents or --resume's checkpoint, each chunk ending in a non-finite check, a checkpoint and
+its metrics.csv rows, a stop on a signal; and any evaluation, in pieces, awake to a signal. Training, --resume,
+--eval and the contract check run over it."""
+
+import contextlib
+import dataclasses
+import os
+import shlex
+import signal
+import sys
+import threading
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from scanrl.harness.agents import any_process, collective, exit_on_lost_peers, gather, local_agents, to_agents
+from scanrl.harness.checkpoints import Checkpoints
+from scanrl.harness.flags import MAX_COUNT, ConfigError, Flags, flag
+from scanrl.harness.memory import check_memory
+from scanrl.harness.metrics import Progress
+from scanrl.harness.program import CHECKPOINT_S, evaluation_keys
+from scanrl.harness.stops import RunStopped, callback_failure, nonfinite_stop, write_failed
+from scanrl.harness.sweeps import point_label
+
+
+def compile_job(job, training=True) -> tuple:
+    """-> (the compiled training program, None without `training`; the compiled final evaluation; seconds taken).
+    Compiled from shapes alone, so a run too big for memory (its training, or its evaluation on --eval-episodes envs
+    per agent), or an error the user's own env raised while the programs were traced (`env_failure`) is refused
+    (ConfigError) before anything is allocated. Tracing the training gives `job.metric_keys`."""
+    start = time.perf_counter()
+    try:
+        compiled = None
+        if training:
+            compiled = job.segment.lower(job.abstract_runner, jax.ShapeDtypeStruct((), jnp.int32), job.swept).compile()
+        keys = jax.ShapeDtypeStruct(job.keys.shape, job.keys.dtype, sharding=job.sharding)
+        begin, steps = job.evaluate
+        begin = begin.lower(keys, job.abstract_runner, job.swept).compile()
+        carry = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=job.sharding),
+                             begin.out_info)
+        evaluation = (begin, steps.lower(keys, job.abstract_runner, job.swept, carry,
+                                         jax.ShapeDtypeStruct((), jnp.int32)).compile())
+    except Exception as error:
+        failure = error if isinstance(error, ConfigError) else env_failure(job.config, error)
+        failure = failure or overflow_failure(job.algorithm, job.config, error)
+        if failure is None:
+            raise
+        raise failure from None
+    compile_s = time.perf_counter() - start
+    history_bytes = len(job.keys) * job.num_iterations * len(job.metric_keys) * 4 if training else 0
+    state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(job.abstract_runner))
+    local_state_bytes = state_bytes * len(local_agents(job.sharding, len(job.keys))) // len(job.keys)
+    check_memory(job.config, [compiled] if training else [], local_state_bytes, history_bytes, evaluation[1])
+    return compiled, evaluation, compile_s
+
+
+def overflow_failure(algorithm, config, error) -> ConfigError | None:
+    """ConfigError for a count the flags make too large for the int32 the programs hold it in (an update count of
+    --update-epochs 1e9), naming the flags set away from their defaults; None for any other error."""
+    if not isinstance(error, OverflowError):
+        return None
+    value = str(error).rsplit("with value ", 1)[-1].split()[0] if "with value " in str(error) else "a count"
+    defaults = algorithm.config(env=config.env)
+    shared = {f.name for f in dataclasses.fields(Flags)} - {"total_timesteps"}  # the others count no update
+    numbers = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+               if f.name not in shared and type(getattr(config, f.name)) in (int, float)}
+    changed = [f"{flag(k)} {v:g}" if isinstance(v, float) else f"{flag(k)} {v}" for k, v in numbers.items()
+               if v != getattr(defaults, k)]
+    shown = f"{int(value):,}" if value.isdigit() else value
+    return ConfigError(f"{algorithm.script}: a count of {shown} in the compiled program is more than the "
+                       f"{MAX_COUNT:,} (2**31 - 1) it holds; lower the flags that multiply into it"
+                       + (f" ({', '.join(changed)})" if changed else ""))
+
+
+def env_failure(config, error) -> ConfigError | None:
+    """ConfigError (one line: the file and line) for an error the user's own env raised while a program was made."""
+    from scanrl import envs
+
+    line = envs.user_env_failure(config.env, error)
+    return None if line is None else ConfigError(line)
+
+
+def on_agents(runner, sharding):
+    """The runner with every leaf split over the agents' devices: a program hands back an empty leaf (a MuJoCo model's
+    zero-size arrays) replicated, not split, and would refuse it next time."""
+    return jax.tree.map(lambda x: x if x.sharding == sharding else jax.device_put(x, sharding), runner)
+
+
+def run_pieces(compiled, job, runner, start, end, progress, stop=None, deadline=float("inf")):
+    """Pieces of the compiled scan from iteration `start` until a chunk ends: at `end`, or after a piece once the clock
+    passes `deadline` (time.perf_counter) or a stop request (`stop`) came, on any process; a piece's progress is
+    printed while the next runs. -> (runner, every agent's metrics of the iterations run as numpy, iteration reached)"""
+    pieces = []
+    while start < end:
+        runner, rows = compiled(on_agents(runner, job.sharding), np.int32(start), job.swept)  # not awaited
+        if progress is not None and pieces:
+            wait_ready(pieces[-1][1])  # the next piece is queued meanwhile
+            progress.show(pieces[-1][0], job.length, pieces[-1][1])
+        pieces.append((start, rows))
+        start += job.length
+        due = time.perf_counter() > deadline or (stop is not None and bool(stop.signal))
+        if start < end and any_process(int(due)):
+            break
+    wait_ready(pieces[-1][1])
+    if progress is not None:
+        progress.show(pieces[-1][0], job.length, pieces[-1][1])
+    gathered = gather([rows for _, rows in pieces])
+    return runner, {key: np.concatenate([rows[key] for rows in gathered], axis=1) for key in gathered[0]}, start
+
+
+def wait_ready(tree, stop=None, stopped=None):
+    """Waits for a program's results with the host awake, so a signal's handler runs at once (a blocking read holds
+    it until the program ends, which may be never); with `stop`, raises `stopped(signal)` once one came."""
+    for leaf in jax.tree.leaves(tree):
+        pause = 0.001
+        while not leaf.is_ready():
+            if stop is not None and stop.signal:
+                raise stopped(stop.signal)
+            time.sleep(pause)
+            pause = min(2 * pause, 0.02)  # at most 20 ms late; the next piece is queued meanwhile
+
+
+def awake(fn, *args):
+    """`fn(*args)` (a compile) in a thread while this, the main thread, stays awake: Python runs a signal's handler
+    only in the main thread, between bytecodes, and XLA's compile holds it for seconds to minutes."""
+    done = {}
+
+    def run():
+        try:
+            done["value"] = fn(*args)
+        except BaseException as error:  # noqa: BLE001 - handed to the main thread as it is
+            done["error"] = error
+
+    thread = threading.Thread(target=run, daemon=True)  # a process that exits does not wait for it
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.05)
+    if "error" in done:
+        raise done["error"]
+    return done["value"]
+
+
+# Env steps of the final evaluation (and --eval) between two looks of the host: its progress, a stop request.
+EVAL_PIECE = 1_000
+
+
+def run_evaluation(evaluation, job, runner, stop=None, stopped=None, what="the final evaluation"):
+    """Every agent's evaluation (`evaluation`: compile_job's) in pieces of EVAL_PIECE env steps, until every episode
+    ended or the env's time limit: its progress printed every 10 s by process 0, a stop request (`stop`) raising
+    `stopped(signal)` within a piece. -> each agent's episode returns (numpy, agents x episodes)."""
+    start, steps = evaluation
+    if stop is not None:
+        stop.doing = f"stopping {what}"
+    keys = to_agents(evaluation_keys(job.keys), job.sharding)
+    runner = on_agents(runner, job.sharding)
+    carry, shown = start(keys, runner, job.swept), time.perf_counter()
+    for until in range(EVAL_PIECE, job.eval_steps + EVAL_PIECE, EVAL_PIECE):
+        carry = steps(keys, runner, job.swept, carry, np.int32(min(until, job.eval_steps)))
+        wait_ready(carry.finished, stop, stopped)
+        local = [np.asarray(shard.data) for shard in carry.finished.addressable_shards]
+        finished, episodes = sum(int(x.sum()) for x in local), sum(x.size for x in local)
+        if not any_process(int(finished < episodes)):
+            break
+        if job.lead and time.perf_counter() - shown > 10:
+            shown = time.perf_counter()
+            print(f"{what}: {finished:,} of {episodes:,} episodes ended after {until:,} env steps (the "
+                  f"time limit: {job.eval_steps:,}); Ctrl-C stops it", flush=True)
+    return gather(carry.returns, what)
+
+
+def train_run(job, compiled, run_dir, tracking, stop):
+    """The chunks of a compiled run, with its checkpoints and metrics (to wandb: `tracking`) -> (runner, history,
+    iterations it started from, its perf_counter start); None for a finished run. A failed write ends it in one line
+    (exit 1)."""
+    algorithm, config = job.algorithm, job.config
+    progress = Progress(config, job.points, local_agents(job.sharding, len(job.keys)), tracking, job.metric_keys,
+                        config.log_every)
+    try:
+        # exit_on_lost_peers is left first: a lost peer ends this process before orbax waits for it.
+        with Checkpoints(run_dir.path, config.keep_checkpoints) as checkpoints, exit_on_lost_peers():
+            runner, history, done = start_or_resume(job, checkpoints, run_dir)
+            if runner is None:
+                tracking.finish()
+                return None
+            if job.lead:
+                run_dir.open_metrics(job.metric_keys, history)
+            progress.start, progress.last = time.perf_counter(), job.num_iterations - 1
+            progress.start_steps = int(history["env_steps"][0, done - 1]) if done else 0
+            runner, history = train_chunks(job, compiled, runner, history, done, checkpoints, run_dir, progress,
+                                           stop)
+    except BaseException as error:
+        tracking.finish(exit_code=1)
+        if isinstance(error, OSError):  # metrics.csv or a checkpoint could not be written
+            raise write_failed(error, algorithm.script, run_dir.path) from None
+        checkpoints_dir = os.path.join(run_dir.path, "checkpoints")
+        trained = os.path.isdir(checkpoints_dir) and any(s.isdigit() for s in os.listdir(checkpoints_dir))
+        failure = callback_failure(error, algorithm.script, run_dir.path, trained or config.resume is not None)
+        if failure is None:
+            raise
+        if not trained:
+            run_dir.give_up()
+        raise failure from None
+    return runner, history, done, progress.start
+
+
+def start_or_resume(job, checkpoints, run_dir) -> tuple:
+    """-> (runner, metrics so far or None, iterations done): fresh agents, or --resume's newest readable checkpoint;
+    (None, None, done) for a finished run, which is left alone."""
+    restored = None
+    if job.config.resume is not None:
+        restored = checkpoints.restore("--resume", job.algorithm.name, job.config, job.abstract_runner, True)
+        if restored is None and job.lead:
+            print("no checkpoint yet (the run stopped before its first chunk ended): starting it again")
+    if restored is None:
+        return job.fresh_agents(), None, 0
+    runner, history, done = restored
+    finished = done == job.num_iterations and os.path.exists(os.path.join(run_dir.path, "summary.json"))
+    if job.lead:
+        print(f"{run_dir.path} is finished ({done} of {done} iterations, summary.json written): nothing to resume"
+              if finished else f"resuming after iteration {done} of {job.num_iterations}")
+    return (None, None, done) if finished else (runner, history, done)
+
+
+def train_chunks(job, compiled, runner, history, done, checkpoints, run_dir, progress, stop):
+    """The chunks after iteration `done`, each followed by a non-finite check, a checkpoint and a stop if a signal
+    came. -> (runner, every iteration's metrics). A chunk's rows go to metrics.csv once its checkpoint is committed:
+    rows on disk never run ahead of a checkpoint, so a kill at any moment leaves a run --resume goes on from."""
+    config, profile_dir = job.config, os.path.join(run_dir.path, "profile")
+    first, pending, signum = done, None, 0  # pending: (first iteration, rows) of the chunk whose checkpoint is written
+
+    def write_pending():
+        with collective("a chunk's checkpoint"):
+            checkpoints.wait()
+        if pending is not None and job.lead:
+            run_dir.append_metrics(*pending)
+
+    while done < job.num_iterations and not signum:
+        end = job.num_iterations if job.ends is None else next(e for e in job.ends if e > done)
+        deadline = time.perf_counter() + CHECKPOINT_S if job.ends is None else float("inf")
+        profiled = config.profile and done == first and job.lead
+        if profiled:  # one piece, as a chunk of its own: a trace of more outgrows memory
+            end = done + job.length
+        with jax.profiler.trace(profile_dir, create_perfetto_trace=True) if profiled else contextlib.nullcontext():
+            runner, metrics, reached = run_pieces(compiled, job, runner, done, end, progress if job.lead else None,
+                                                  stop, deadline)
+        write_pending()
+        diverged = bool(metrics["nonfinite"].any())
+        if diverged:
+            if job.lead:  # the diverged rows, to see where; --resume would go on from the last checkpoint
+                run_dir.append_metrics(done, metrics)
+            check_divergence(job, history, metrics, done)
+        history = metrics if history is None else jax.tree.map(
+            lambda a, b: np.concatenate([a, b], axis=1), history, metrics)
+        with collective("a chunk's checkpoint"):  # orbax syncs the processes
+            checkpoints.save(reached, runner, history, job.algorithm.name, config)
+        pending = None if diverged else (done, metrics)
+        done = reached
+        signum = any_process(stop.signal or 0)  # a signal to any process stops them all
+    write_pending()
+    if done < job.num_iterations:
+        raise RunStopped(f"{signal.Signals(signum).name}: stopped after iteration {done} of {job.num_iterations}, "
+                         f"metrics and checkpoint written; continue with: python {job.algorithm.script} --resume "
+                         f"{shlex.quote(run_dir.path)}", 128 + signum)
+    if config.profile and job.lead:
+        print(f"profiler trace of iterations {first + 1} to {first + job.length} in {profile_dir}: open its "
+              "*.trace.json.gz at https://ui.perfetto.dev")
+    return runner, history
+
+
+def check_divergence(job, history, metrics, start):
+    """A chunk (iterations after `start`) with `nonfinite` flags set stops the run (RunStopped), unless it is a sweep
+    with finite points left: then each newly diverged point is named in a warning and trains on (its numbers NaN, its
+    summary's `diverged_at_iteration` set) while the healthy points finish."""
+    names = [f.name for f in dataclasses.fields(job.config)
+             if f.name in ("learning_rate", "max_grad_norm") or f.name.endswith("_lr")] or ["learning_rate"]
+    hint = "Lower " + " or ".join(flag(name) for name in names)
+    if ":" in job.config.env:  # your own env (module:name) may be where the NaN came from
+        hint += f", or check that --env {job.config.env} returns finite observations and rewards"
+    flags, num_points = metrics["nonfinite"], len(job.points)
+    by_point = flags.reshape(num_points, job.config.num_seeds, -1).any(axis=1)  # (points, iterations)
+    now = by_point.any(axis=1)
+    before = (np.zeros(num_points, bool) if history is None
+              else history["nonfinite"].reshape(num_points, job.config.num_seeds, -1).any(axis=(1, 2)))
+    if num_points == 1 or (now | before).all():
+        raise nonfinite_stop(job.names, start, flags, hint)
+    if job.lead:
+        for p in np.flatnonzero(now & ~before):
+            print(f"warning: sweep point {point_label(job.points[p])} diverged (non-finite loss or parameters, first "
+                  f"at iteration {start + by_point[p].argmax() + 1}); the other points train on. {hint}",
+                  file=sys.stderr, flush=True)
