@@ -181,7 +181,6 @@ def make_train_parts(config: Config):
         env, env_params = envs.make_vec(
             config.env, config.num_envs, normalize_obs=True, normalize_reward=True, gamma=config.gamma
         )
-    max_truncations = blocks.max_truncations(env_params, config.num_envs, config.num_steps)
     anneal = optax.identity()
     if config.anneal_lr:
         anneal = optax.scale_by_schedule(
@@ -266,7 +265,7 @@ def make_train_parts(config: Config):
         values = critic.apply(params["critic"], traj.obs)
         # V(next obs) from the values shifted, evaluating the critic on the truncations' final observations only
         next_values = blocks.next_obs_values(lambda x: critic.apply(params["critic"], x), values, traj.done,
-                                           traj.terminated, traj.next_obs, obs, max_truncations)
+                                           traj.terminated, traj.next_obs, obs, env_params)
         old_pi = distrax.Categorical(*traj.pi) if discrete else distrax.MultivariateNormalDiag(*traj.pi)
         log_probs = old_pi.log_prob(traj.action)
         advantages, targets = calculate_gae(
@@ -302,12 +301,10 @@ def actor_distribution(config: Config, runner):
     """`pi(obs batch) -> distribution`: one agent's actor, with training's observation statistics frozen."""
     env, env_params = envs.make_vec(config.env, 1)
     actor, _, _, _ = make_networks(config, env, env_params)
-    stats = envs.observation_stats(runner.env_state)
+    normalize = envs.observation_normalizer(runner.env_state)
 
     def pi(obs):
-        if stats is not None:
-            obs = envs.normalize_observation(stats, obs)
-        return actor.apply(runner.train_state.params["actor"], obs)
+        return actor.apply(runner.train_state.params["actor"], normalize(obs))
 
     return pi
 

@@ -300,7 +300,6 @@ def make_train_parts(config: Config):
         env, env_params = envs.make_vec(
             config.env, config.num_envs, normalize_obs=True, normalize_reward=True, gamma=config.gamma
         )
-    max_truncations = blocks.max_truncations(env_params, config.num_envs, config.num_steps)
     anneal = optax.identity()
     if config.anneal_lr:
         anneal = optax.scale_by_schedule(
@@ -394,7 +393,7 @@ def make_train_parts(config: Config):
         # V(next obs) from the values shifted, and one network step on the truncations' final observations from
         # the memory of their episode's last step (the memory resets only when the next episode starts).
         next_values = blocks.next_obs_values(value_fn, traj.value, traj.done, traj.terminated, traj.next_obs, obs,
-                                             max_truncations, memory=traj.memory)
+                                             env_params, memory=traj.memory)
         log_probs = distribution(traj.pi, discrete).log_prob(traj.action)
         advantages, targets = calculate_gae(
             traj.reward, traj.value, next_values, traj.terminated, traj.done, config.gamma, config.gae_lambda
@@ -429,12 +428,10 @@ def policy_step(config: Config, runner):
     with training's observation statistics frozen."""
     env, env_params = envs.make_vec(config.env, 1)
     network, discrete, _ = make_network(config, env, env_params)
-    stats = envs.observation_stats(runner.env_state)
+    normalize = envs.observation_normalizer(runner.env_state)
 
     def step(memory, obs, start):
-        if stats is not None:
-            obs = envs.normalize_observation(stats, obs)
-        memory, pi, _ = network.apply(runner.train_state.params, memory, obs[None], start[None])
+        memory, pi, _ = network.apply(runner.train_state.params, memory, normalize(obs)[None], start[None])
         return memory, distribution(jax.tree.map(lambda x: x[0], pi), discrete)
 
     return step

@@ -139,7 +139,6 @@ def make_train_parts(config: Config):
     clipped gradients) on it."""
     env, env_params = envs.make_vec(config.env, config.num_envs)
     network = make_network(config, env, env_params)
-    max_truncations = blocks.max_truncations(env_params, config.num_envs, config.num_steps)
     batch_size = steps_per_iteration(config)
     minibatch_size = batch_size // config.num_minibatches
     num_updates = config.total_timesteps // steps_per_iteration(config)  # iterations of the run
@@ -198,7 +197,7 @@ def make_train_parts(config: Config):
         # max_a Q of every true next observation, with the parameters that acted: the rollout's own, shifted,
         # and a pass over the truncations' final observations only.
         next_value = blocks.next_obs_values(lambda x: network.apply(train_state.params, x).max(-1), batch.max_q,
-                                          batch.done, batch.terminated, batch.next_obs, obs, max_truncations)
+                                          batch.done, batch.terminated, batch.next_obs, obs, env_params)
         targets = q_lambda_targets(batch.reward, batch.terminated, batch.done, next_value, config.gamma,
                                    config.q_lambda)
         flat = jax.tree.map(lambda x: x.reshape(batch_size, *x.shape[2:]), (batch.obs, batch.action, targets))

@@ -286,12 +286,10 @@ def actor_distribution(config: Config, runner):
     """`pi(obs batch) -> distribution`: one agent's actor, with training's observation statistics frozen."""
     env, env_params = envs.make_vec(config.env, 1)
     actor, _, _ = make_networks(config, env, env_params)
-    stats = envs.observation_stats(runner.env_state)
+    normalize = envs.observation_normalizer(runner.env_state)
 
     def pi(obs):
-        if stats is not None:
-            obs = envs.normalize_observation(stats, obs)
-        return actor.apply(runner.actor_state.params, obs)
+        return actor.apply(runner.actor_state.params, normalize(obs))
 
     return pi
 

@@ -28,13 +28,13 @@ def max_truncations(env_params, num_envs: int, num_steps: int) -> int:
     return num_envs * min(num_steps, (num_steps - 1) // time_limit + 1)
 
 
-def next_obs_values(value_fn, values, done, terminated, next_obs, last_obs, max_truncated: int, memory=None):
+def next_obs_values(value_fn, values, done, terminated, next_obs, last_obs, env_params, memory=None):
     """The value of every step's true next observation in a rollout (num_steps, num_envs), for bootstrapping:
     `values` (of each step's observation) shifted by one, and `value_fn(last_obs)` after the last step, except where
     an episode ended, where the next observation is the final one (`next_obs`, info["final_observation"]). Only a
-    truncated ending bootstraps from it (a termination's is masked out by its user), and there are at most
-    `max_truncated` of those (`max_truncations`), so `value_fn` sees those final observations alone, not every
-    step's. Terminated steps get a value that must not be used.
+    truncated ending bootstraps from it (a termination's is masked out by its user), and the env's time limit
+    (`env_params`) allows at most `max_truncations` of those in the rollout, so `value_fn` sees those final
+    observations alone, not every step's. Terminated steps get a value that must not be used.
 
     A critic with memory passes `memory` (num_steps, num_envs, ...): the memory each step's observation left, the
     state its next observation is seen from. `value_fn(obs, memory)` then gets, with each observation, the memory of
@@ -42,7 +42,8 @@ def next_obs_values(value_fn, values, done, terminated, next_obs, last_obs, max_
     episode that ended, not reset)."""
     num_steps, num_envs = values.shape
     truncated = (done * (1.0 - terminated)).reshape(-1)
-    rows = jnp.nonzero(truncated, size=max_truncated, fill_value=truncated.size)[0]  # past the end: dropped below
+    most = max_truncations(env_params, num_envs, num_steps)
+    rows = jnp.nonzero(truncated, size=most, fill_value=truncated.size)[0]  # past the end: dropped below
     rows_in = jnp.minimum(rows, truncated.size - 1)
     final_obs = next_obs.reshape(truncated.size, *next_obs.shape[2:])[rows_in]
     obs = jnp.concatenate([last_obs, final_obs])

@@ -199,9 +199,8 @@ def test_next_obs_values_match_a_pass_over_every_next_obs(num_steps, num_envs, t
         done[t] = terminated[t] + (1 - terminated[t]) * (age >= time_limit)
         obs[t + 1] = np.where(done[t][:, None], rng.normal(size=(num_envs, 3)), next_obs[t])  # a reset
         age = np.where(done[t] > 0, 0, age)
-    max_truncated = blocks.max_truncations(SimpleNamespace(max_steps_in_episode=time_limit), num_envs, num_steps)
     got = blocks.next_obs_values(value_fn, value_fn(jnp.asarray(obs[:-1])), done, terminated, next_obs,
-                               jnp.asarray(obs[-1]), max_truncated)
+                                 jnp.asarray(obs[-1]), SimpleNamespace(max_steps_in_episode=time_limit))
     used = terminated == 0
     np.testing.assert_allclose(np.asarray(got)[used], value_fn(next_obs)[used], rtol=1e-6, atol=1e-6)
 

@@ -2,6 +2,8 @@
 minibatches are whole env sequences, and it learns what ppo.py cannot (slow): CartPole without velocities (ppo.py's
 score there, and MemoryChain's, are in the learning suite's memory results, benchmarks/results/learning_memory.md)."""
 
+from types import SimpleNamespace
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -137,7 +139,9 @@ def test_truncation_bootstraps_from_the_final_observation_with_its_episodes_memo
     done = jnp.array([[0.0], [1.0], [0.0]])  # step 1 truncated
     memory = jnp.array([[[1.0]], [[2.0]], [[3.0]]])
     next_obs = jnp.array([[[5.0]], [[6.0]], [[7.0]]])
-    got = blocks.next_obs_values(value_fn, values, done, jnp.zeros((3, 1)), next_obs, jnp.array([[8.0]]), 3, memory)
+    time_limit = SimpleNamespace(max_steps_in_episode=1)  # a truncation at every step possible
+    got = blocks.next_obs_values(value_fn, values, done, jnp.zeros((3, 1)), next_obs, jnp.array([[8.0]]), time_limit,
+                                 memory)
     np.testing.assert_allclose(got[:, 0], [0.0, 6.0 + 10 * 2.0, 8.0 + 10 * 3.0])
 
 

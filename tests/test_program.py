@@ -3,10 +3,12 @@ run, the evaluation in pieces equals one call, a count too large for int32 is on
 once per run, and metrics.csv's columns are the metrics dict's keys in the script's order."""
 
 
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
-from cases import exit_code_and_error, tiny_config
+from cases import exit_code_and_error, read_csv, tiny_config
 
 from scanrl import harness
 from scanrl.harness.program import piece_length, seed_keys
@@ -78,3 +80,27 @@ def test_an_evaluation_in_pieces_plays_the_episodes_of_one_call():
         carry = steps(key, runner, carry, until)
     assert int(carry.t) < evaluation.max_steps and bool(carry.finished.all())  # it ended early, as one call does
     np.testing.assert_array_equal(np.asarray(carry.returns), np.asarray(whole))
+
+
+def test_a_run_makes_its_parts_once_and_writes_its_metrics_in_the_order_of_its_dict(tmp_path):
+    """make_train_parts is called once per run (the memory check reads the plan's shapes of init), and metrics.csv's
+    columns are the keys of the metrics dict in the order `update` writes them (jax's dicts come back sorted): a
+    fork's new metric needs no second list."""
+    import functools
+
+    import reinforce
+
+    original, calls = reinforce.make_train_parts, []
+
+    @functools.wraps(original)  # the same module: the run is reinforce's
+    def counted(config):
+        calls.append(config)
+        return original(config)
+
+    algorithm = dataclasses.replace(reinforce.ALGORITHM, make_train_parts=counted)
+    _, config = tiny_config("reinforce", tmp_path / "runs", run_name="run")
+    harness.main(algorithm, config)
+    assert len(calls) == 1
+    header = read_csv(tmp_path / "runs" / "run" / "metrics.csv")[0]
+    assert header == ["seed", "iteration", "env_steps", "episodes", "episode_return", "episode_length", "loss/actor",
+                      "loss/critic", "entropy", "approx_kl", "nonfinite"]

@@ -1,8 +1,9 @@
 """The way an `Algorithm` takes through the harness in one tiny run of a script, read from the calls themselves.
 
 Every call of a function in `scanrl/harness/` that is handed the script's `Algorithm` (as an argument, or inside an
-object that holds it: the job, the run directory) is a stop; a stop counts once, at its first call. A return is a
-stop in a module the way entered before and left since. Prints each stop (module.function), then the totals:
+object that holds it: the job) is a stop, the Algorithm's own methods aside (its name, its script); a stop counts
+once, at its first call. A return is a stop in a module the way entered before and left since. Prints each stop
+(module.function), then the totals:
 
     python benchmarks/studies/harness_path.py [SCRIPT] [its flags for a tiny run]
 
@@ -41,6 +42,8 @@ def main():
         if where in seen:
             return
         args = [frame.f_locals[n] for n in code.co_varnames[:code.co_argcount] if n in frame.f_locals]
+        if args and args[0] is algorithm and code.co_varnames[0] == "self":  # its own methods: read, not passed on
+            return
         if any(holds(a, algorithm) for a in args):
             seen.add(where)
             stops.append(where)

@@ -36,6 +36,7 @@ from scanrl.envs.wrappers import (
     VecEnv,
     Wrapper,
     normalize_observation,
+    observation_normalizer,
     observation_stats,
 )
 
@@ -57,6 +58,7 @@ __all__ = [
     "make",
     "make_vec",
     "normalize_observation",
+    "observation_normalizer",
     "num_states",
     "observation_stats",
     "register",

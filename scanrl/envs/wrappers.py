@@ -281,3 +281,11 @@ def observation_stats(state):
             return state.obs_stats
         state = getattr(state, "env_state", None)
     return None
+
+
+def observation_normalizer(state):
+    """`obs -> obs`: what a (possibly re-wrapped) `NormalizeObservation` state does to observations, with its
+    statistics frozen (how a trained policy sees them); the identity for a state without one."""
+    stats = observation_stats(state)
+    return (lambda obs: obs) if stats is None else (lambda obs: normalize_observation(stats, obs))
+

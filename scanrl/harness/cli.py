@@ -19,7 +19,7 @@ from scanrl.harness.flags import ConfigError, check_flags, check_paths, descript
 from scanrl.harness.loop import awake, compile_job, env_failure, run_evaluation
 from scanrl.harness.memory import size_flags
 from scanrl.harness.program import eval_policy, evaluation_keys, plan
-from scanrl.harness.resume import given_fields, read_run_config, resumed, trained_config, trained_fields
+from scanrl.harness.resume import read_run_config, resumed, trained_config, trained_fields
 from scanrl.harness.stops import RunStopped, StopRequest
 from scanrl.harness.sweeps import check_sweep_points, sweep_overrides, sweep_points
 from scanrl.harness.train import train
@@ -92,6 +92,18 @@ def parse_flags(algorithm):
                 continue
             message.append(text)
         raise ConfigError(f"{' '.join(message) or 'cannot parse the command line'} (see --help)") from None
+
+
+def given_fields(algorithm, argv) -> set[str]:
+    """The config fields a command line names (`--out-dir x`, `--out-dir=x`, `--no-track`), given as well as
+    defaulted: --resume takes a logging flag given at its default (`--no-track`) over the run's value."""
+    fields, given = {f.name for f in dataclasses.fields(algorithm.config)}, set()
+    for arg in argv:
+        if arg.startswith("--"):
+            name = arg[2:].split("=")[0].replace("-", "_")
+            name = name[3:] if name.startswith("no_") and name[3:] in fields else name
+            given |= {name} & fields
+    return given
 
 
 def check(algorithm, config):

@@ -57,7 +57,7 @@ def load_script(path):
 def tiny_config(algorithm, flags, out_dir):
     """The script's config from `flags`, tiny where they do not say: 2 seeds, 2 eval episodes, about 4 iterations in
     4 chunks, every checkpoint kept, in `out_dir`."""
-    from scanrl.harness.resume import given_fields
+    from scanrl.harness.cli import given_fields
 
     config = tyro.cli(algorithm.config, args=list(flags))
     given = given_fields(algorithm, flags)

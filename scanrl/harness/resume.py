@@ -102,18 +102,6 @@ def as_json(values) -> dict:
     return json.loads(json.dumps(values))
 
 
-def given_fields(algorithm, argv) -> set[str]:
-    """The config fields a command line names (`--out-dir x`, `--out-dir=x`, `--no-track`), given as well as
-    defaulted: --resume takes a logging flag given at its default (`--no-track`) over the run's value."""
-    fields, given = {f.name for f in dataclasses.fields(algorithm.config)}, set()
-    for arg in argv:
-        if arg.startswith("--"):
-            name = arg[2:].split("=")[0].replace("-", "_")
-            name = name[3:] if name.startswith("no_") and name[3:] in fields else name
-            given |= {name} & fields
-    return given
-
-
 def trained_fields(algorithm, which, run_dir, saved, trained, passed=None) -> dict:
     """The fields that shape the results, as the newest checkpoint was trained with (`trained`: (that checkpoint, its
     config), or None); ConfigError naming the first where config.json (`saved`) says otherwise, unless `passed` (the
