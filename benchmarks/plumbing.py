@@ -1,6 +1,6 @@
 """How much of each script is the algorithm: its code lines (no blank lines, comments or docstrings) split into
 the algorithm, its config checks (`validate`) and the plumbing that hands it to the harness (imports,
-`harness.prepare_jax`, `METRIC_KEYS`, `ALGORITHM`, `main`, the `__main__` guard and the `make_train` wrapper).
+`harness.prepare_jax`, `ALGORITHM`, `main`, the `__main__` guard and the `make_train` wrapper).
 
     python benchmarks/plumbing.py ppo.py pqn.py dqn_tabular_q.py reinforce.py td3.py
 """
@@ -10,7 +10,7 @@ import io
 import sys
 import tokenize
 
-PLUMBING = {"main", "make_train", "ALGORITHM", "METRIC_KEYS"}
+PLUMBING = {"main", "make_train", "ALGORITHM"}
 SKIPPED = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER)
 
 

@@ -316,7 +316,7 @@ def time_jax(algo: str, module, config) -> Row:
     start = time.perf_counter()
     _, metrics = jax.block_until_ready(compiled(keys))
     run_s = time.perf_counter() - start
-    steps = module.num_iterations(config) * module.steps_per_iteration(config)
+    steps = module.ALGORITHM.num_iterations(config) * module.steps_per_iteration(config)
     return Row(algo, "JAX", config.num_seeds, steps, compile_s, run_s, steps * config.num_seeds / run_s)
 
 
