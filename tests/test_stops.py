@@ -77,16 +77,16 @@ def test_a_signal_during_compilation_stops_before_training_saying_nothing_was_tr
                                                                                        monkeypatch):
     """SIGTERM while the program compiles used to train the whole first chunk first."""
 
-    from scanrl.harness import train
+    from scanrl.harness import loop
 
-    compile_job = train.compile_job
+    compile_job = loop.compile_job
 
     def compile_then_signal(*args):
         compiled = compile_job(*args)
         os.kill(os.getpid(), signal.SIGTERM)
         return compiled
 
-    monkeypatch.setattr(train, "compile_job", compile_then_signal)
+    monkeypatch.setattr(loop, "compile_job", compile_then_signal)
     module, config = tiny_config("ppo", tmp_path / "runs", run_name="stopped")
     code, err = exit_code_and_error(capsys, module.main, config)
     run_dir = tmp_path / "runs" / "stopped"

@@ -210,22 +210,29 @@ def check_fields(module, config):
     refuses). One read but changing no metric fails: a sweep of it would train alike and nothing would say so."""
     import jax
 
-    from scanrl.harness.program import agent_parts, check_swept, probe_program
+    from scanrl.harness import jax_private
+    from scanrl.harness.program import agent_parts, probe_program
     from scanrl.harness.sweeps import check_sweep_points, dtype_of, sweepable_fields
 
     algorithm, swept = module.ALGORITHM, dataclasses.replace(config, sweep=("contract",))
     parts = agent_parts(algorithm, config)
-    fixed, left = [], {}
+    fixed, unread, left = [], [], {}
     for name in sweepable_fields(config):
         others = other_values(getattr(config, name), lambda v, name=name: holds(
             check_sweep_points, algorithm, swept, [{name: v}], errors=ConfigError))
         if not others:
             fixed.append(f"{name} (no other value accepted)")
-        elif not holds(jax.eval_shape, probe_program(algorithm, parts, name),
-                       jax.ShapeDtypeStruct((), dtype_of(config, name))):
+            continue
+        try:  # what --sweep checks: one value per agent (else fixed per program), read by the program (else unread)
+            reads = jax_private.reads_its_input(probe_program(algorithm, parts, name),
+                                                jax.ShapeDtypeStruct((), dtype_of(config, name)))
+        except Exception:
             fixed.append(name)
-        else:
+            continue
+        if reads:
             left[name] = others
+        else:
+            unread.append(name)
     changed = []
     # A tiny run may not show a value's effect: a second value for the fields that showed none, then a run 16 times as
     # long (a tabular learner that has not yet reached its goal has learned nothing a learning rate could change).
@@ -236,9 +243,6 @@ def check_fields(module, config):
             shown = changed_metrics(algorithm, run, values)
             changed += shown
             left = {k: v for k, v in left.items() if k not in shown}
-    # No effect: read nowhere (what --sweep refuses), or read to no effect (a failure).
-    unread = [k for k in left if not holds(check_swept, algorithm, swept, [k], parts, errors=ConfigError)]
-    left = [k for k in left if k not in unread]
     notes = (f"fixed per program: {', '.join(fixed) or '-'}; read nowhere with this config (--sweep refuses them): "
              f"{', '.join(unread) or '-'}")
     if left:

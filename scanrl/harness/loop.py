@@ -20,7 +20,7 @@ from scanrl.harness.agents import any_process, collective, exit_on_lost_peers, g
 from scanrl.harness.checkpoints import Checkpoints
 from scanrl.harness.flags import MAX_COUNT, ConfigError, Flags, flag
 from scanrl.harness.memory import check_memory
-from scanrl.harness.metrics import Progress
+from scanrl.harness.metrics import Progress, plural
 from scanrl.harness.program import CHECKPOINT_S, evaluation_keys
 from scanrl.harness.stops import RunStopped, callback_failure, nonfinite_stop, write_failed
 from scanrl.harness.sweeps import point_label
@@ -55,6 +55,27 @@ def compile_job(job, training=True) -> tuple:
     local_state_bytes = state_bytes * len(local_agents(job.sharding, len(job.keys))) // len(job.keys)
     check_memory(job.config, [compiled] if training else [], local_state_bytes, history_bytes, evaluation[1])
     return compiled, evaluation, compile_s
+
+
+def compile_run(job, run_dir, stop):
+    """A run's programs (`compile_job`), compiled with the main thread awake to signals: a new run that cannot start
+    (ConfigError) leaves no directory behind; a signal during compilation stops it before any training."""
+    stop.doing, doing = "stopping once compiled, before any training", stop.doing
+    try:
+        compiled = awake(compile_job, job)
+    except ConfigError:
+        run_dir.give_up()
+        raise
+    stop.doing = doing
+    signum = any_process(stop.signal or 0)
+    if signum:  # nothing trained yet, nothing to wait for
+        resume = job.config.resume is not None
+        raise RunStopped(f"{signal.Signals(signum).name}: stopped while compiling, before any training: nothing was "
+                         f"trained{' further' if resume else ''}; {'continue' if resume else 'start it'} with: python "
+                         f"{job.algorithm.script} --resume {shlex.quote(run_dir.path)}", 128 + signum)
+    if job.lead:
+        print(f"compiled in {compiled[2]:.1f} s", flush=True)
+    return compiled
 
 
 def overflow_failure(algorithm, config, error) -> ConfigError | None:
@@ -173,8 +194,7 @@ def run_evaluation(evaluation, job, runner, stop=None, stopped=None, what="the f
 
 def train_run(job, compiled, run_dir, tracking, stop):
     """The chunks of a compiled run, with its checkpoints and metrics (to wandb: `tracking`) -> (runner, history,
-    iterations it started from, its perf_counter start); None for a finished run. A failed write ends it in one line
-    (exit 1)."""
+    {resumed_after_iteration, train_s}); None for a finished run. A failed write ends it in one line (exit 1)."""
     algorithm, config = job.algorithm, job.config
     progress = Progress(config, job.points, local_agents(job.sharding, len(job.keys)), tracking, job.metric_keys,
                         config.log_every)
@@ -203,7 +223,11 @@ def train_run(job, compiled, run_dir, tracking, stop):
         if not trained:
             run_dir.give_up()
         raise failure from None
-    return runner, history, done, progress.start
+    train_s = time.perf_counter() - progress.start
+    if job.lead:
+        print(f"trained in {train_s:.1f} s; evaluating {plural(len(job.keys), 'agent')} on "
+              f"{plural(config.eval_episodes, 'episode')} each, then writing the summaries and plots", flush=True)
+    return runner, history, {"resumed_after_iteration": done or None, "train_s": train_s}
 
 
 def start_or_resume(job, checkpoints, run_dir) -> tuple:
