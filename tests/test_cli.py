@@ -9,6 +9,7 @@ from cases import exit_code_and_error
 from conftest import ROOT
 
 
+@pytest.mark.slow
 def test_help_lists_the_shared_flags_and_what_can_be_swept(run_script):
     """--help as tyro prints it, answered from the script's Config before its heavy imports (prepare_jax): JAX is
     never imported, and the text is the one the script's own parse prints after them."""
@@ -35,6 +36,7 @@ def test_help_lists_the_shared_flags_and_what_can_be_swept(run_script):
     assert "--sweep can vary the script's own numeric fields" in result.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, message, encoding", [
     (["--env", "CartPol-v1"], "error: --env: unknown env 'CartPol-v1': did you mean CartPole-v1", None),
     (["--num-processes", "2"], "error: --num-processes 2: a multi-process run needs --coordinator-address", None),

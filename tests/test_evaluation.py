@@ -20,6 +20,7 @@ def test_eval_of_one_agent_prints_its_line(finished_runs, capsys):
     assert len(lines) == 1 and lines[0].startswith(f"seed {summary['seeds'][1]} (index 1)")
 
 
+@pytest.mark.slow
 def test_eval_sampled_plays_the_policy_training_acts_with(finished_runs, capsys):
     """--eval-sampled samples each action from the policy, as training does (the figure gymnax-blines and others
     publish), where --eval takes its argmax. After the tiny ppo run (4 iterations on CartPole) the policy is still

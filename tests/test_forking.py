@@ -85,6 +85,7 @@ def test_the_contract_sizes_a_bare_run_from_the_scripts_own_checks(tmp_path):
             assert starts < config.total_timesteps <= 2 * max(starts, 4 * step)
 
 
+@pytest.mark.slow
 def test_a_copied_script_writes_its_runs_to_its_own_directory(tmp_path):
     """`python my_ppo.py` in the research repository trains there, into ./runs, and the run is named my_ppo."""
     repo, copy = research_repository(tmp_path, "ppo.py")
@@ -127,6 +128,7 @@ def write_fork(tmp_path, name, field, use):
     return path
 
 
+@pytest.mark.slow
 def test_the_guides_make_train_example_runs():
     """The forking guide's make_train block, as written: 4 agents, and the shape it prints."""
     out = io.StringIO()
@@ -135,6 +137,7 @@ def test_the_guides_make_train_example_runs():
     assert out.getvalue().strip() == "(4, 39)"
 
 
+@pytest.mark.slow
 def test_a_forks_new_field_sweeps_as_the_config_reads_it(tmp_path):
     """The trap of the issue: a fork reads its new field as config.<field>. A sweep of it is accepted, and each point
     trains with its own value: swept alone, it changes the metrics (the contract's own measurement)."""
@@ -155,6 +158,7 @@ def test_a_forks_unread_field_cannot_be_swept(tmp_path):
                                        "ppo_unread.py computes")
 
 
+@pytest.mark.slow
 def test_a_fork_names_itself_and_ppo_refuses_its_runs(tmp_path, capsys):
     """A copy of ppo.py is not "ppo": its runs carry its file's name, and ppo.py's --eval and --resume of them
     exit 2 naming both scripts (before: ppo.py --resume went on training a fork's run as plain PPO)."""
@@ -184,6 +188,7 @@ def test_every_script_trains_from_make_train_with_plain_defaults():
                 jax.eval_shape(module.make_train(config), jax.random.PRNGKey(0))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("edit, message", [
     (("optax.clip_by_global_norm(config.max_grad_norm), optax.adam",
       "optax.clip_by_global_norm(config.max_grad_norm), optax.add_decayed_weights(0.0), optax.adam"),

@@ -44,6 +44,7 @@ def test_a_run_too_big_for_memory_exits_2_before_allocating_with_both_figures(tm
     assert not (tmp_path / "runs" / "big").exists()
 
 
+@pytest.mark.slow
 def test_an_allocation_that_still_fails_is_one_line_exit_1(tmp_path, capsys, monkeypatch):
     """Where the memory check cannot see a failure coming (here: it is told there are 10 PB), XLA's
     RESOURCE_EXHAUSTED becomes one line naming the flags to lower, exit 1, no traceback."""

@@ -1,4 +1,4 @@
-"""ppo.py: GAE, reproducibility across seeds and batches, the CLI as a user runs it, and learning."""
+"""ppo.py: GAE, MinAtar's grids through the MLPs, and learning (what every script passes: tests/test_scripts.py)."""
 
 import jax
 import jax.numpy as jnp
@@ -9,7 +9,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ppo
-from scanrl import harness
 
 
 def gae_by_definition(rewards, values, next_values, terminated, truncated, gamma, lam):
@@ -29,10 +28,12 @@ def gae_by_definition(rewards, values, next_values, terminated, truncated, gamma
     return advantages
 
 
+# Few shapes: each new one compiles the scan again (22 s of 2 cores for every length 1-12), and the random episode
+# ends inside a rollout already make episodes of every length up to it.
 @settings(max_examples=40, deadline=None)
 @given(
-    num_steps=st.integers(1, 12),
-    num_envs=st.integers(1, 3),
+    num_steps=st.sampled_from([1, 2, 5, 12]),
+    num_envs=st.sampled_from([1, 3]),
     gamma=st.floats(0.5, 1.0),
     lam=st.floats(0.0, 1.0),
     seed=st.integers(0, 2**31 - 1),
@@ -60,38 +61,9 @@ def test_gae_bootstraps_on_truncation_not_on_termination():
     assert float(terminated[0, 0]) == pytest.approx(1.0)
 
 
-SMALL = dict(total_timesteps=512 * 6, log_every=2)
-
-
 def run_seeds(config, seeds):
     keys = jnp.stack([jax.random.PRNGKey(s) for s in seeds])
     return jax.jit(jax.vmap(ppo.make_train(config)))(keys)
-
-
-@pytest.mark.slow
-def test_seeds_reproduce_differ_and_each_agent_of_a_batch_is_its_seed_alone():
-    config = ppo.Config(**SMALL)
-    keys = jnp.stack([jax.random.PRNGKey(s) for s in range(4)])
-    # make_train traces the same program each time (no state or randomness of its own), which runs reproducibly.
-    assert jax.jit(jax.vmap(ppo.make_train(config))).lower(keys).as_text() == \
-        jax.jit(jax.vmap(ppo.make_train(config))).lower(keys).as_text()
-    train = jax.jit(jax.vmap(ppo.make_train(config)))
-    runner, batch = train(keys)
-    _, again = train(keys)
-    for key in batch:
-        np.testing.assert_array_equal(batch[key], again[key], err_msg=key)
-    # Different seeds, different agents.
-    kernels = np.asarray(runner.train_state.params["actor"]["params"]["Dense_0"]["kernel"])
-    for i in range(4):
-        for j in range(i):
-            assert not np.allclose(kernels[i], kernels[j])
-    assert len(set(np.asarray(batch["loss/critic"][:, 0]).tolist())) == 4
-    # Agent 2 of the batch is seed 2 alone: the same episodes; losses equal up to float rounding (batched and
-    # unbatched matmuls sum differently).
-    _, alone = run_seeds(config, [2])
-    np.testing.assert_array_equal(batch["episode_return"][2], alone["episode_return"][0])
-    for key in ("loss/actor", "loss/critic", "entropy"):
-        np.testing.assert_allclose(batch[key][2], alone[key][0], rtol=1e-4, atol=1e-6, err_msg=key)
 
 
 @pytest.mark.slow
@@ -102,26 +74,6 @@ def test_runs_on_minatar():
     assert metrics["episode_return"].shape == (2, 2)
     for key in ("loss/actor", "loss/critic", "entropy"):
         assert np.all(np.isfinite(metrics[key])), key
-
-
-@pytest.mark.parametrize(
-    "changes, message",
-    [
-        (dict(activation="gelu"), "--activation 'gelu' is unknown"),
-        (dict(num_envs=0), "--num-envs must be a positive integer"),
-        (dict(num_minibatches=3), "--num-minibatches 3 does not divide the rollout"),
-        (dict(total_timesteps=100), "--total-timesteps 100 is smaller than one rollout"),
-        (dict(learning_rate=0.0), "--learning-rate must be positive"),
-        (dict(clip_coef=float("nan")), "--clip-coef must be a finite number, got nan"),
-        (dict(vf_coef=-1.0), "--vf-coef must be 0 or more, got -1.0"),
-        (dict(ent_coef=-0.01), "--ent-coef must be 0 or more"),
-        (dict(gae_lambda=1.5), "--gae-lambda must lie in [0, 1]"),
-    ],
-)
-def test_bad_config_names_the_flag(changes, message):
-    with pytest.raises(harness.ConfigError) as error:
-        harness.check(ppo.ALGORITHM, ppo.Config(**changes))
-    assert message in str(error.value) and "\n" not in str(error.value)
 
 
 @pytest.mark.slow

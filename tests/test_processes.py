@@ -11,6 +11,7 @@ import pytest
 from conftest import ROOT
 
 
+@pytest.mark.slow
 def test_importing_the_harness_makes_no_backend_so_processes_can_start_first():
     """A multi-process run must call jax.distributed.initialize before any JAX backend exists; scripts import the
     harness, call start_processes (through prepare_jax), then import envs (gymnax makes a backend at import).

@@ -65,6 +65,7 @@ def test_a_count_too_large_for_int32_is_one_line_naming_the_flags_and_leaves_not
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
+@pytest.mark.slow
 def test_an_evaluation_in_pieces_plays_the_episodes_of_one_call():
     """The final evaluation runs in pieces of EVAL_PIECE env steps (the host stops it or shows its progress between
     them): pieces of 7 steps give the returns of one while loop over the whole time limit, bit for bit."""

@@ -1,4 +1,5 @@
-"""reinforce.py: reward-to-go and GAE-lambda, reproducibility, the CLI as a user runs it, and learning."""
+"""reinforce.py: reward-to-go and GAE-lambda, the policy and value steps of an epoch, a run's outputs, and learning
+(what every script passes: tests/test_scripts.py)."""
 
 import csv
 import json
@@ -7,12 +8,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import read_run
+from conftest import FAST_COMPILE_OPTIONS, read_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reinforce
-from scanrl import harness
 
 
 def returns_by_definition(rewards, next_values, terminated, truncated, gamma):
@@ -67,9 +67,11 @@ def as_jax(terminated, truncated):
     return jnp.asarray(terminated, jnp.float32), jnp.asarray(terminated | truncated, jnp.float32)
 
 
+# Few shapes: each new one compiles the scan again (28 s of 2 cores for every length 1-12), and the random episode
+# ends inside an epoch already make episodes of every length up to it.
 EPOCHS = dict(
-    num_steps=st.integers(1, 12),
-    num_envs=st.integers(1, 3),
+    num_steps=st.sampled_from([1, 2, 5, 12]),
+    num_envs=st.sampled_from([1, 3]),
     gamma=st.floats(0.5, 1.0),
     seed=st.integers(0, 2**31 - 1),
 )
@@ -123,7 +125,8 @@ SMALL = dict(total_timesteps=512 * 4)
 
 def run_seeds(config, seeds):
     keys = jnp.stack([jax.random.PRNGKey(s) for s in seeds])
-    return jax.jit(jax.vmap(reinforce.make_train(config)))(keys)
+    # XLA's lowest optimisation level: compiles about a third faster, and these tests check bookkeeping
+    return jax.jit(jax.vmap(reinforce.make_train(config))).lower(keys).compile(FAST_COMPILE_OPTIONS)(keys)
 
 
 def test_each_epoch_takes_one_policy_step_and_train_v_iters_value_steps():
@@ -153,20 +156,10 @@ def test_baseline_none_trains_the_policy_only():
     assert np.all(np.isfinite(metrics["loss/actor"])) and np.all(metrics["approx_kl"] != 0)
 
 
-def test_help_lists_flags(run_script):
-    result = run_script("reinforce.py", "--help", add_out_dir=False)
-    assert result.returncode == 0
-    for flag in ("--env", "--seed", "--num-seeds", "--total-timesteps", "--track", "--wandb-project",
-                 "--wandb-entity", "--wandb-group", "--out-dir", "--run-name", "--log-every", "--baseline",
-                 "--pi-lr", "--vf-lr", "--train-v-iters", "--gae-lambda", "--normalize", "--log-std-init"):
-        assert flag in result.stdout
-    assert "full-batch value-function steps" in result.stdout
-
-
 @pytest.mark.slow
-def test_four_seed_run_writes_every_output_and_each_agent_equals_its_seed_alone(tmp_path, capsys):
-    small = dict(total_timesteps=2048, log_every=1)
-    reinforce.main(reinforce.Config(**small, seed=10, num_seeds=4, run_name="small", out_dir=str(tmp_path / "runs")))
+def test_four_seed_run_writes_every_output(tmp_path, capsys):
+    reinforce.main(reinforce.Config(total_timesteps=2048, log_every=1, seed=10, num_seeds=4, run_name="small",
+                                    out_dir=str(tmp_path / "runs")))
     assert "iteration      4" in capsys.readouterr().out
     run_dir, summary = read_run(tmp_path / "runs")
     assert run_dir.name == "small"
@@ -176,46 +169,10 @@ def test_four_seed_run_writes_every_output_and_each_agent_equals_its_seed_alone(
     assert len(summary["final_return"]) == 4 and len(summary["eval_return"]) == 4
     assert all(r is not None and r > 0 for r in summary["eval_return"])
     with open(run_dir / "metrics.csv") as f:
-        batch_rows = list(csv.DictReader(f))
-    assert len(batch_rows) == 4 * 4 and {r["seed"] for r in batch_rows} == {"10", "11", "12", "13"}
-    assert {"iteration", "loss/actor", "loss/critic", "entropy", "approx_kl"} <= set(batch_rows[0])
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 4 * 4 and {r["seed"] for r in rows} == {"10", "11", "12", "13"}
+    assert {"iteration", "loss/actor", "loss/critic", "entropy", "approx_kl"} <= set(rows[0])
     assert (run_dir / "learning_curve.png").stat().st_size > 1000
-
-    # Agent 2 of the run above is seed 12 run alone.
-    reinforce.main(reinforce.Config(**small, seed=12, out_dir=str(tmp_path / "alone")))
-    alone_dir, alone = read_run(tmp_path / "alone")
-    assert alone["eval_return"][0] == summary["eval_return"][2]
-    with open(alone_dir / "metrics.csv") as f:
-        alone_rows = list(csv.DictReader(f))
-    batch_rows = [r for r in batch_rows if r["seed"] == "12"]
-    assert len(alone_rows) == len(batch_rows) == 4
-    for b, a in zip(batch_rows, alone_rows, strict=True):
-        assert (b["episodes"], b["episode_return"]) == (a["episodes"], a["episode_return"])
-        # Losses equal up to float rounding (batched and unbatched matmuls sum in different orders).
-        for key in ("loss/actor", "loss/critic", "entropy"):
-            assert float(b[key]) == pytest.approx(float(a[key]), rel=1e-4, abs=1e-6), key
-
-
-@pytest.mark.parametrize(
-    "changes, message",
-    [
-        (dict(activation="gelu"), "--activation 'gelu' is unknown"),
-        (dict(num_envs=0), "--num-envs must be a positive integer"),
-        (dict(train_v_iters=-1), "--train-v-iters must be a positive integer"),
-        (dict(total_timesteps=100), "--total-timesteps 100 is smaller than one rollout"),
-        (dict(pi_lr=0.0), "--pi-lr must be positive"),
-        (dict(gae_lambda=1.5), "--gae-lambda must lie in [0, 1]"),
-    ],
-)
-def test_bad_config_names_the_flag(changes, message):
-    with pytest.raises(harness.ConfigError) as error:
-        reinforce.validate(reinforce.Config(**changes))
-    assert message in str(error.value) and "\n" not in str(error.value)
-
-
-def test_defaults_and_plain_reinforce_pass_the_checks():
-    reinforce.validate(reinforce.Config())
-    reinforce.validate(reinforce.Config(env="Pendulum-v1", baseline="none"))
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ import pytest
 from conftest import read_run
 
 import sac
-from scanrl import blocks, harness
+from scanrl import blocks
 
 
 def test_soft_target_matches_reference():
@@ -145,16 +145,6 @@ def test_updates_move_every_network_and_polyak_the_targets():
     assert not np.allclose(*jax.tree.leaves(start.critic.params)[1])  # the twins start apart
 
 
-def test_help_lists_flags(run_script):
-    result = run_script("sac.py", "--help", add_out_dir=False)
-    assert result.returncode == 0
-    for flag in ("--env", "--num-seeds", "--total-timesteps", "--num-envs", "--batch-size", "--learning-starts",
-                 "--update-every", "--updates-per-step", "--tau", "--init-alpha", "--target-entropy-scale",
-                 "--layer-norm"):
-        assert flag in result.stdout
-    assert "--no-layer-norm" in result.stdout and "a LayerNorm after each hidden Dense layer" in result.stdout
-
-
 @pytest.mark.slow
 def test_small_run_writes_a_summary_and_evaluates_sampled(tmp_path, capsys):
     small = dict(total_timesteps=1200, learning_starts=800, log_every=50, hidden_size=32, eval_episodes=2,
@@ -169,26 +159,6 @@ def test_small_run_writes_a_summary_and_evaluates_sampled(tmp_path, capsys):
     sac.main(sac.Config(eval=str(run_dir), eval_sampled=True, eval_episodes=2))
     out = capsys.readouterr().out
     assert "sampled policy (actions drawn as in training), 2 episodes" in out and "mean over agents" in out
-
-
-@pytest.mark.parametrize(
-    "changes, message",
-    [
-        (dict(env="CartPole-v1"), "--env CartPole-v1 has discrete actions; SAC needs a continuous"),
-        (dict(num_envs=0), "--num-envs must be a positive integer"),
-        (dict(total_timesteps=4), "--total-timesteps 4 is smaller than one update phase (--num-envs x "
-                                  "--update-every = 8)"),
-        (dict(updates_per_step=0.3), "updates per phase; it must be a whole number, 1 or more"),
-        (dict(updates_per_step=0.0625), "updates per phase; it must be a whole number, 1 or more"),
-        (dict(init_alpha=0.0), "--init-alpha must be positive"),
-        (dict(tau=1.5), "--tau"),
-        (dict(learning_starts=50_000), "--learning-starts 50000 leaves no steps to learn"),
-    ],
-)
-def test_bad_config_names_the_flag(changes, message):
-    with pytest.raises(harness.ConfigError) as error:
-        harness.check(sac.ALGORITHM, sac.Config(**changes))
-    assert message in str(error.value) and "\n" not in str(error.value)
 
 
 @pytest.mark.slow

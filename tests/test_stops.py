@@ -175,6 +175,7 @@ def test_a_failed_write_stops_with_one_line_and_the_run_resumes(writer, finished
         json.loads((finished_runs["ppo"] / "summary.json").read_text())["final_return"]
 
 
+@pytest.mark.slow
 def test_a_diverging_sweep_point_is_reported_while_the_healthy_points_finish(tmp_path, capsys):
     """One point's NaNs used to stop the whole sweep, with no summary for the healthy points: the point is named in
     a warning, the others train to the end, and the ranking puts it last, marked diverged."""

@@ -314,6 +314,7 @@ def test_your_own_env_by_file_path_and_by_registered_id(tmp_path):
         sys.modules.pop("my_env", None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env_id,message", [
     ("my_env:OldStyle", "step must return gymnax 1.x's (obs, state, reward, terminated, truncated, info)"),
     ("my_env:Nope", "my_env has no attribute 'Nope' and registers no env of that id"),

@@ -96,6 +96,7 @@ def test_profile_writes_a_trace_of_the_training_run(tmp_path, capsys):
     assert "profiler trace of iterations 1 to 2 in" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_sweep_resumes_from_its_checkpoint(tmp_path):
     """A sweep run cut after its first chunk resumes to the metrics of the uninterrupted run, point by point."""
     module, config = tiny_config("ppo", tmp_path, num_seeds=2, num_chunks=2, run_name="whole",
