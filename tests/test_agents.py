@@ -190,6 +190,7 @@ def test_default_devices_are_one_per_core_and_the_most_that_divide_the_agents(ca
     assert choose_devices(dataclasses.replace(config, num_devices=1), 2 * len(devices)) == devices[:1]
 
 
+@pytest.mark.slow
 def test_resume_keeps_the_device_count_the_run_trained_on(finished_runs, tmp_path, capsys):
     """config.json records the devices a run was split over; a resume where there are fewer says so (it used to
     switch the count, and the numbers, silently)."""

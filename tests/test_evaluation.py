@@ -56,7 +56,8 @@ def test_eval_sampled_plays_the_policy_training_acts_with(finished_runs, capsys)
                                                              "--eval <run dir>"), err
 
 
-@pytest.mark.parametrize("script", ["ppo", "ppo_rnn", "ppo_trxl", "reinforce", "td3", "dqn_tabular_q", "pqn"])
+@pytest.mark.parametrize("script", ["ppo", *(pytest.param(s, marks=pytest.mark.slow) for s in ("ppo_rnn", "ppo_trxl")),
+                                    "reinforce", "td3", "dqn_tabular_q", "pqn"])
 def test_an_untrained_sampled_policy_plays_like_a_random_one(script):
     """Each script's sampled policy (ppo_rnn's and ppo_trxl's carry their memory beside the key): untrained, its actor
     is close to uniform, so on CartPole it balances about as long as a uniformly random policy (22.05 steps on average

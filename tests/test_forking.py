@@ -216,6 +216,7 @@ def test_resuming_a_run_after_the_fork_changed_its_state_exits_2(edit, message, 
     assert not (tmp_path / "runs" / "run" / "damaged_checkpoints").exists()
 
 
+@pytest.mark.slow
 def test_a_forks_new_metric_is_a_column_where_its_dict_has_it_and_the_harness_names_are_refused(tmp_path, capsys):
     """A fork adds a metric to the metrics dict alone: metrics.csv gets its column in the dict's order, with no
     second list of keys to keep in step. One named as the harness's own (env_steps) would be overwritten: one line,

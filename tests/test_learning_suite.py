@@ -157,7 +157,8 @@ def test_select_takes_comma_lists_and_repeats_in_suite_order():
         select(quick, ("nope,ppo-cartpole",))
 
 
-@pytest.mark.parametrize("suite", sorted(SUITES))
+@pytest.mark.parametrize("suite", [pytest.param(s, marks=pytest.mark.slow) if s == "offpolicy" else s
+                                   for s in sorted(SUITES)])
 def test_suite_entries_are_runnable_as_written(suite):
     """Every entry's flags pass its script's own checks (harness.check writes nothing), its label is the learner
     the script resolves to, and its normalisation range and reference are filled in."""
@@ -552,6 +553,7 @@ def test_a_record_says_where_its_numbers_come_from(fabricated, tmp_path):
     assert table_row(text, entries[1].name)[2] == "4 (0-3)"
 
 
+@pytest.mark.slow
 def test_verify_retrains_a_committed_entry(tmp_path, capfd):
     """The cheapest committed entry (tabular Q on GridWorld) trained again from its record's command, through the
     script's command line, on 2 seeds: one line, inside the record's interval, and no committed file touched."""

@@ -144,6 +144,7 @@ def test_truncation_bootstraps_from_the_final_observation_with_its_episodes_memo
     np.testing.assert_allclose(got[:, 0], [0.0, 6.0 + 10 * 2.0, 8.0 + 10 * 3.0])
 
 
+@pytest.mark.slow  # a compile per cell: about 13 s each on 2 cores
 @pytest.mark.parametrize("cell", ["lstm", "lru"])
 def test_each_cell_trains(cell):
     """Two iterations of each other cell's training program on the masked Pendulum (continuous actions): finite

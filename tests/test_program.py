@@ -83,6 +83,7 @@ def test_an_evaluation_in_pieces_plays_the_episodes_of_one_call():
     np.testing.assert_array_equal(np.asarray(carry.returns), np.asarray(whole))
 
 
+@pytest.mark.slow
 def test_a_run_makes_its_parts_once_and_writes_its_metrics_in_the_order_of_its_dict(tmp_path):
     """make_train_parts is called once per run (the memory check reads the plan's shapes of init), and metrics.csv's
     columns are the keys of the metrics dict in the order `update` writes them (jax's dicts come back sorted): a

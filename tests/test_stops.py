@@ -73,6 +73,7 @@ def test_sigint_leaves_a_resumable_run(finished_runs, run_script, tmp_path):
     assert read_csv(run_dir / "metrics.csv") == read_csv(finished_runs["ppo"] / "metrics.csv")
 
 
+@pytest.mark.slow
 def test_a_signal_during_compilation_stops_before_training_saying_nothing_was_trained(tmp_path, capsys,
                                                                                        monkeypatch):
     """SIGTERM while the program compiles used to train the whole first chunk first."""
