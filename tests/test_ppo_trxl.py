@@ -16,7 +16,7 @@ def network(discrete=True, memory_length=4):
                                     activation="tanh")
 
 
-@pytest.mark.parametrize("discrete", [True, False])
+@pytest.mark.parametrize("discrete", [True, pytest.param(False, marks=pytest.mark.slow)])  # about 10 s each
 def test_memory_empties_exactly_at_episode_starts(discrete):
     """The scanned sequence (the update's replay) against the network stepped one observation at a time in Python,
     its window emptied by hand before each episode's first observation; after a start nothing before it matters."""

@@ -22,6 +22,7 @@ write_gif(env, params, states, np.arange(1, len(states) + 1, dtype=float), sys.a
 """
 
 
+@pytest.mark.slow  # gymnax draws classic-control frames through gymnasium and pygame: ~9 s an env
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCar-v0"])
 def test_gif_is_quiet_with_one_frame_per_step(tmp_path, env_id):
     from PIL import Image

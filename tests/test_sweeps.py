@@ -120,6 +120,7 @@ def test_sweep_grid_order_and_agent_layout():
     assert int_swept.dtype == np.int32 and list(int_swept) == [64] * 3 + [128] * 3
 
 
+@pytest.mark.slow  # a command line of its own: about 10 s to load
 def test_cli_refuses_a_sweep_field_given_twice(run_script):
     result = run_script("ppo.py", "--sweep", "lr=1e-3", "--sweep", "lr=1e-4")
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [
