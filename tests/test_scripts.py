@@ -158,9 +158,12 @@ def arrays(tree):
             for x in jax.tree.leaves(tree)]
 
 
-@pytest.mark.parametrize("script", [pytest.param(s, marks=pytest.mark.slow) if s in ("ppo_rnn", "ppo_trxl", "sac") else s
+SLOW_COMPILES = ("ppo_rnn", "ppo_trxl", "sac")  # 10-22 s each on 2 cores
+
+
+@pytest.mark.parametrize("script", [pytest.param(s, marks=pytest.mark.slow) if s in SLOW_COMPILES else s
                                     for s in SCRIPTS])
-def test_each_agent_of_a_vmapped_batch_depends_on_its_seed_alone(script):  # slow ones: compiles of 10-22 s
+def test_each_agent_of_a_vmapped_batch_depends_on_its_seed_alone(script):
     """make_train(config) is a pure program: run twice it trains the same agents, different seeds train different
     agents, and an agent's numbers depend on its own seed alone, not on the other agents of the batch nor on its
     place among them (so any agent can be trained again alone with --seed). One compile per script, at XLA's lowest
