@@ -10,7 +10,7 @@ The modules, each one concern, in the order a run passes through them; a module 
     algorithm.py    `Algorithm`: what the harness knows of an algorithm
     files.py        the one way a file is written in a run directory (never through a link), and its lock
     tracking.py     wandb, all of it: a run per sweep point, its live metrics, its summary
-    stops.py        Ctrl-C / SIGTERM, non-finite values, failed writes and callbacks: a run stops in one line
+    stops.py        Ctrl-C / SIGTERM, non-finite values, failed writes, callbacks, int32 counts, your env: one line
     aggregate.py    IQM and stratified-bootstrap intervals over seeds
     jax_private.py  the private JAX APIs used (the compile cache's store, the coordination service), isolated
     compile_cache.py  JAX's persistent compilation cache, on by default

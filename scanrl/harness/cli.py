@@ -16,11 +16,11 @@ from scanrl.harness import compile_cache
 from scanrl.harness.agents import gather
 from scanrl.harness.checkpoints import Checkpoints
 from scanrl.harness.flags import ConfigError, check_flags, check_paths, description
-from scanrl.harness.loop import awake, compile_job, env_failure, run_evaluation
+from scanrl.harness.loop import awake, compile_job, run_evaluation
 from scanrl.harness.memory import size_flags
 from scanrl.harness.program import eval_policy, evaluation_keys, plan
 from scanrl.harness.resume import read_run_config, resumed, trained_config, trained_fields
-from scanrl.harness.stops import RunStopped, StopRequest
+from scanrl.harness.stops import RunStopped, StopRequest, env_failure
 from scanrl.harness.sweeps import check_sweep_points, sweep_overrides, sweep_points
 from scanrl.harness.train import train
 

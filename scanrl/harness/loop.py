@@ -18,11 +18,18 @@ import numpy as np
 
 from scanrl.harness.agents import any_process, collective, exit_on_lost_peers, gather, local_agents, to_agents
 from scanrl.harness.checkpoints import Checkpoints
-from scanrl.harness.flags import MAX_COUNT, ConfigError, Flags, flag
+from scanrl.harness.flags import ConfigError, flag
 from scanrl.harness.memory import check_memory
 from scanrl.harness.metrics import Progress, plural
 from scanrl.harness.program import CHECKPOINT_S, evaluation_keys
-from scanrl.harness.stops import RunStopped, callback_failure, nonfinite_stop, write_failed
+from scanrl.harness.stops import (
+    RunStopped,
+    callback_failure,
+    env_failure,
+    nonfinite_stop,
+    overflow_failure,
+    write_failed,
+)
 from scanrl.harness.sweeps import point_label
 
 
@@ -76,32 +83,6 @@ def compile_run(job, run_dir, stop):
     if job.lead:
         print(f"compiled in {compiled[2]:.1f} s", flush=True)
     return compiled
-
-
-def overflow_failure(algorithm, config, error) -> ConfigError | None:
-    """ConfigError for a count the flags make too large for the int32 the programs hold it in (an update count of
-    --update-epochs 1e9), naming the flags set away from their defaults; None for any other error."""
-    if not isinstance(error, OverflowError):
-        return None
-    value = str(error).rsplit("with value ", 1)[-1].split()[0] if "with value " in str(error) else "a count"
-    defaults = algorithm.config(env=config.env)
-    shared = {f.name for f in dataclasses.fields(Flags)} - {"total_timesteps"}  # the others count no update
-    numbers = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
-               if f.name not in shared and type(getattr(config, f.name)) in (int, float)}
-    changed = [f"{flag(k)} {v:g}" if isinstance(v, float) else f"{flag(k)} {v}" for k, v in numbers.items()
-               if v != getattr(defaults, k)]
-    shown = f"{int(value):,}" if value.isdigit() else value
-    return ConfigError(f"{algorithm.script}: a count of {shown} in the compiled program is more than the "
-                       f"{MAX_COUNT:,} (2**31 - 1) it holds; lower the flags that multiply into it"
-                       + (f" ({', '.join(changed)})" if changed else ""))
-
-
-def env_failure(config, error) -> ConfigError | None:
-    """ConfigError (one line: the file and line) for an error the user's own env raised while a program was made."""
-    from scanrl import envs
-
-    line = envs.user_env_failure(config.env, error)
-    return None if line is None else ConfigError(line)
 
 
 def on_agents(runner, sharding):

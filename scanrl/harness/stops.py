@@ -1,5 +1,8 @@
-"""Stopping a run where a chunk ends: on Ctrl-C or SIGTERM, and when training produced a NaN or an infinity."""
+"""Stopping a run where a chunk ends: on Ctrl-C or SIGTERM, and when training produced a NaN or an infinity; and the
+one line for what stops a run before or while it runs (a count over int32, the user's own env, a failed write, a host
+callback)."""
 
+import dataclasses
 import errno
 import os
 import re
@@ -9,6 +12,8 @@ import sys
 
 import jax
 import numpy as np
+
+from scanrl.harness.flags import MAX_COUNT, ConfigError, Flags, flag
 
 
 class RunStopped(Exception):
@@ -99,3 +104,29 @@ class StopRequest:
             raise RunStopped(message, 128 + signum, abandon=True)
         self.signal = signal.Signals(signum)
         print(f"\n{self.signal.name}: {self.doing} (again to abort at once)", file=sys.stderr, flush=True)
+
+
+def overflow_failure(algorithm, config, error) -> ConfigError | None:
+    """ConfigError for a count the flags make too large for the int32 the programs hold it in (an update count of
+    --update-epochs 1e9), naming the flags set away from their defaults; None for any other error."""
+    if not isinstance(error, OverflowError):
+        return None
+    value = str(error).rsplit("with value ", 1)[-1].split()[0] if "with value " in str(error) else "a count"
+    defaults = algorithm.config(env=config.env)
+    shared = {f.name for f in dataclasses.fields(Flags)} - {"total_timesteps"}  # the others count no update
+    numbers = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+               if f.name not in shared and type(getattr(config, f.name)) in (int, float)}
+    changed = [f"{flag(k)} {v:g}" if isinstance(v, float) else f"{flag(k)} {v}" for k, v in numbers.items()
+               if v != getattr(defaults, k)]
+    shown = f"{int(value):,}" if value.isdigit() else value
+    return ConfigError(f"{algorithm.script}: a count of {shown} in the compiled program is more than the "
+                       f"{MAX_COUNT:,} (2**31 - 1) it holds; lower the flags that multiply into it"
+                       + (f" ({', '.join(changed)})" if changed else ""))
+
+
+def env_failure(config, error) -> ConfigError | None:
+    """ConfigError (one line: the file and line) for an error the user's own env raised while a program was made."""
+    from scanrl import envs
+
+    line = envs.user_env_failure(config.env, error)
+    return None if line is None else ConfigError(line)
