@@ -388,36 +388,36 @@ def write_outputs(config: Config, runner):
 
 
 def validate(config: Config):
-    """Raises harness.ConfigError for what the config's learner cannot train (the harness checks the shared flags
+    """Raises ValueError for what the config's learner cannot train (the harness checks the shared flags
     and --env)."""
     harness.require(config, positive=("num_envs", "num_steps", "learning_rate", "buffer_size", "batch_size",
                                       "train_frequency", "target_network_frequency", "tau"),
                     unit=("gamma", "start_e", "end_e", "exploration_fraction", "tau"),
                     nonnegative=("learning_starts",))
     if not all(size > 0 for size in config.hidden_sizes):
-        raise harness.ConfigError(f"--hidden-sizes must be positive integers, got {config.hidden_sizes}")
+        raise ValueError(f"--hidden-sizes must be positive integers, got {config.hidden_sizes}")
     env, env_params = envs.make(config.env)
     if not envs.is_discrete(env, env_params):
-        raise harness.ConfigError(f"--env {config.env} has continuous actions; Q-learning and DQN need a discrete "
-                                  "action space (try td3.py or ppo.py)")
+        raise ValueError(f"--env {config.env} has continuous actions; Q-learning and DQN need a discrete "
+                         "action space (try td3.py or ppo.py)")
     if config.agent == "tabular" and envs.num_states(env, env_params) is None:
-        raise harness.ConfigError(f"--agent tabular needs a finite-state env (GridWorld-v0, FrozenLake-misc); "
-                                  f"{config.env} has continuous observations: use --agent dqn or auto")
+        raise ValueError(f"--agent tabular needs a finite-state env (GridWorld-v0, FrozenLake-misc); "
+                         f"{config.env} has continuous observations: use --agent dqn or auto")
     if config.total_timesteps < steps_per_iteration(config):
-        raise harness.ConfigError(f"--total-timesteps {config.total_timesteps} is smaller than one iteration "
-                                  f"(--num-envs x --num-steps = {steps_per_iteration(config)})")
+        raise ValueError(f"--total-timesteps {config.total_timesteps} is smaller than one iteration "
+                         f"(--num-envs x --num-steps = {steps_per_iteration(config)})")
     if config.agent == "dqn":
         steps = steps_per_iteration(config)
         if config.learning_starts >= config.total_timesteps // steps * steps:
-            raise harness.ConfigError(f"--learning-starts {config.learning_starts} leaves no steps to learn in "
-                                      f"--total-timesteps {config.total_timesteps}")
+            raise ValueError(f"--learning-starts {config.learning_starts} leaves no steps to learn in "
+                             f"--total-timesteps {config.total_timesteps}")
         if config.train_frequency % config.num_envs and config.num_envs % config.train_frequency:
-            raise harness.ConfigError(f"--train-frequency {config.train_frequency} and --num-envs {config.num_envs}: "
-                                      "one must divide the other (gradient steps come every train-frequency env "
-                                      "steps)")
+            raise ValueError(f"--train-frequency {config.train_frequency} and --num-envs {config.num_envs}: "
+                             "one must divide the other (gradient steps come every train-frequency env "
+                             "steps)")
         if config.buffer_size < max(config.batch_size, config.num_envs):
-            raise harness.ConfigError(f"--buffer-size {config.buffer_size} must hold at least one batch (--batch-size "
-                                      f"{config.batch_size}) and one step of every env (--num-envs {config.num_envs})")
+            raise ValueError(f"--buffer-size {config.buffer_size} must hold at least one batch (--batch-size "
+                             f"{config.batch_size}) and one step of every env (--num-envs {config.num_envs})")
 
 
 # The hand-off to the harness: a fork keeps it (its runs take the fork's file name).

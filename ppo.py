@@ -297,40 +297,34 @@ def make_train(config: Config):
     return lambda rng: jax.lax.scan(lambda runner, _: update(runner), init(rng), None, iterations)
 
 
-def actor_distribution(config: Config, runner):
-    """`pi(obs batch) -> distribution`: one agent's actor, with training's observation statistics frozen."""
-    env, env_params = envs.make_vec(config.env, 1)
-    actor, _, _, _ = make_networks(config, env, env_params)
-    normalize = envs.observation_normalizer(runner.env_state)
-
-    def pi(obs):
-        return actor.apply(runner.train_state.params["actor"], normalize(obs))
-
-    return pi
-
-
 def policy(config: Config, runner, key=None):
     """`act(obs batch) -> actions`: one agent's deterministic policy (argmax / mean action); with a `key`, the policy
-    training acts with, each action sampled from the actor (--eval --eval-sampled)."""
-    pi = actor_distribution(config, runner)
+    training acts with, each action sampled from the actor (--eval --eval-sampled). The harness feeds it observations
+    normalised as in training (the runner's statistics, frozen)."""
+    env, env_params = envs.make_vec(config.env, 1)
+    actor = make_networks(config, env, env_params)[0]
+
+    def pi(obs):
+        return actor.apply(runner.train_state.params["actor"], obs)
+
     return (lambda obs: pi(obs).mode()) if key is None else blocks.sampling_policy(pi, key)
 
 
 def validate(config: Config):
-    """Raises harness.ConfigError for what PPO cannot train (the harness checks the shared flags and --env)."""
+    """Raises ValueError for what PPO cannot train (the harness checks the shared flags and --env)."""
     harness.require(config, positive=("num_envs", "num_steps", "update_epochs", "num_minibatches", "hidden_size",
                                       "learning_rate", "clip_coef", "max_grad_norm"),
                     unit=("gamma", "gae_lambda"), nonnegative=("vf_coef", "ent_coef"))  # < 0 would ascend the term
     if config.activation not in ACTIVATIONS:
-        raise harness.ConfigError(f"--activation {config.activation!r} is unknown; use one of "
-                                  f"{', '.join(ACTIVATIONS)}")
+        raise ValueError(f"--activation {config.activation!r} is unknown; use one of "
+                         f"{', '.join(ACTIVATIONS)}")
     rollout = steps_per_iteration(config)
     if config.total_timesteps < rollout:
-        raise harness.ConfigError(f"--total-timesteps {config.total_timesteps} is smaller than one rollout (--num-envs "
-                                  f"x --num-steps = {rollout}); raise it or shrink the rollout")
+        raise ValueError(f"--total-timesteps {config.total_timesteps} is smaller than one rollout (--num-envs "
+                         f"x --num-steps = {rollout}); raise it or shrink the rollout")
     if rollout % config.num_minibatches:
-        raise harness.ConfigError(f"--num-minibatches {config.num_minibatches} does not divide the rollout (--num-envs "
-                                  f"x --num-steps = {rollout}); use a divisor of {rollout}")
+        raise ValueError(f"--num-minibatches {config.num_minibatches} does not divide the rollout (--num-envs "
+                         f"x --num-steps = {rollout}); use a divisor of {rollout}")
 
 
 # The hand-off to the harness: a fork keeps it (its runs take the fork's file name).

@@ -381,14 +381,13 @@ def make_train(config: Config):
 
 
 def policy_step(config: Config, runner):
-    """`step(memory, obs, start) -> (memory, distribution)`: one agent's recurrent policy on a batch of observations,
-    with training's observation statistics frozen."""
+    """`step(memory, obs, start) -> (memory, distribution)`: one agent's recurrent policy on a batch of observations
+    (the harness feeds it observations normalised as in training, the runner's statistics frozen)."""
     env, env_params = envs.make_vec(config.env, 1)
     network, discrete, _ = make_network(config, env, env_params)
-    normalize = envs.observation_normalizer(runner.env_state)
 
     def step(memory, obs, start):
-        memory, pi, _ = network.apply(runner.train_state.params, memory, normalize(obs)[None], start[None])
+        memory, pi, _ = network.apply(runner.train_state.params, memory, obs[None], start[None])
         return memory, distribution(jax.tree.map(lambda x: x[0], pi), discrete)
 
     return step
@@ -416,24 +415,24 @@ def policy(config: Config, runner, key=None):
 
 
 def validate(config: Config):
-    """Raises harness.ConfigError for what PPO-TrXL cannot train (the harness checks the shared flags and --env)."""
+    """Raises ValueError for what PPO-TrXL cannot train (the harness checks the shared flags and --env)."""
     harness.require(config, positive=("num_envs", "num_steps", "update_epochs", "num_minibatches", "hidden_size",
                                       "memory_length", "num_heads", "learning_rate", "clip_coef", "max_grad_norm"),
                     unit=("gamma", "gae_lambda"), nonnegative=("vf_coef", "ent_coef"))  # < 0 would ascend the loss
     if config.hidden_size % config.num_heads:
-        raise harness.ConfigError(f"--num-heads {config.num_heads} does not divide --hidden-size "
-                                  f"{config.hidden_size}: each head attends over an equal share of the embedding")
+        raise ValueError(f"--num-heads {config.num_heads} does not divide --hidden-size "
+                         f"{config.hidden_size}: each head attends over an equal share of the embedding")
     if config.activation not in ACTIVATIONS:
-        raise harness.ConfigError(f"--activation {config.activation!r} is unknown; use one of "
-                                  f"{', '.join(ACTIVATIONS)}")
+        raise ValueError(f"--activation {config.activation!r} is unknown; use one of "
+                         f"{', '.join(ACTIVATIONS)}")
     if config.num_envs % config.num_minibatches:
-        raise harness.ConfigError(f"--num-minibatches {config.num_minibatches} does not divide --num-envs "
-                                  f"{config.num_envs}: a minibatch is a group of whole env sequences; use a divisor "
-                                  f"of {config.num_envs}")
+        raise ValueError(f"--num-minibatches {config.num_minibatches} does not divide --num-envs "
+                         f"{config.num_envs}: a minibatch is a group of whole env sequences; use a divisor "
+                         f"of {config.num_envs}")
     rollout = steps_per_iteration(config)
     if config.total_timesteps < rollout:
-        raise harness.ConfigError(f"--total-timesteps {config.total_timesteps} is smaller than one rollout (--num-envs "
-                                  f"x --num-steps = {rollout}); raise it or shrink the rollout")
+        raise ValueError(f"--total-timesteps {config.total_timesteps} is smaller than one rollout (--num-envs "
+                         f"x --num-steps = {rollout}); raise it or shrink the rollout")
 
 
 # The hand-off to the harness: a fork keeps it (its runs take the fork's file name).

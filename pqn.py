@@ -230,23 +230,23 @@ def greedy_policy(config: Config, runner):
 
 
 def validate(config: Config):
-    """Raises harness.ConfigError for what PQN cannot train (the harness checks the shared flags and --env)."""
+    """Raises ValueError for what PQN cannot train (the harness checks the shared flags and --env)."""
     harness.require(config, positive=("num_envs", "num_steps", "learning_rate", "update_epochs", "num_minibatches",
                                       "max_grad_norm"),
                     unit=("gamma", "start_e", "end_e", "exploration_fraction", "q_lambda"))
     if not all(size > 0 for size in config.hidden_sizes):
-        raise harness.ConfigError(f"--hidden-sizes must be positive integers, got {config.hidden_sizes}")
+        raise ValueError(f"--hidden-sizes must be positive integers, got {config.hidden_sizes}")
     env, env_params = envs.make(config.env)
     if not envs.is_discrete(env, env_params):
-        raise harness.ConfigError(f"--env {config.env} has continuous actions; PQN needs a discrete action space "
-                                  "(try td3.py or ppo.py)")
+        raise ValueError(f"--env {config.env} has continuous actions; PQN needs a discrete action space "
+                         "(try td3.py or ppo.py)")
     rollout = steps_per_iteration(config)
     if config.total_timesteps < rollout:
-        raise harness.ConfigError(f"--total-timesteps {config.total_timesteps} is smaller than one rollout "
-                                  f"(--num-envs x --num-steps = {rollout}); raise it or shrink the rollout")
+        raise ValueError(f"--total-timesteps {config.total_timesteps} is smaller than one rollout "
+                         f"(--num-envs x --num-steps = {rollout}); raise it or shrink the rollout")
     if rollout % config.num_minibatches:
-        raise harness.ConfigError(f"--num-minibatches {config.num_minibatches} does not divide the rollout "
-                                  f"(--num-envs x --num-steps = {rollout}); use a divisor of {rollout}")
+        raise ValueError(f"--num-minibatches {config.num_minibatches} does not divide the rollout "
+                         f"(--num-envs x --num-steps = {rollout}); use a divisor of {rollout}")
 
 
 # The hand-off to the harness: a fork keeps it (its runs take the fork's file name).

@@ -299,26 +299,26 @@ def deterministic_policy(config: Config, runner):
 
 
 def validate(config: Config):
-    """Raises harness.ConfigError for what TD3 cannot train (the harness checks the shared flags and --env)."""
+    """Raises ValueError for what TD3 cannot train (the harness checks the shared flags and --env)."""
     harness.require(config, positive=("num_envs", "buffer_size", "batch_size", "update_every", "policy_delay",
                                       "hidden_size", "learning_rate", "updates_per_step", "tau"),
                     unit=("gamma", "tau"),
                     nonnegative=("learning_starts", "exploration_noise", "policy_noise", "noise_clip"))
     env, env_params = envs.make(config.env)
     if envs.is_discrete(env, env_params):
-        raise harness.ConfigError(f"--env {config.env} has discrete actions; TD3 needs a continuous (Box) action "
-                                  "space")
+        raise ValueError(f"--env {config.env} has discrete actions; TD3 needs a continuous (Box) action "
+                         "space")
     steps_per_phase = steps_per_iteration(config)
     updates = config.updates_per_step * steps_per_phase
     if abs(updates - round(updates)) > 1e-9:
-        raise harness.ConfigError(f"--updates-per-step {config.updates_per_step} x --update-every x --num-envs = "
-                                  f"{updates:g} updates per phase; it must be a whole number")
+        raise ValueError(f"--updates-per-step {config.updates_per_step} x --update-every x --num-envs = "
+                         f"{updates:g} updates per phase; it must be a whole number")
     if config.total_timesteps < steps_per_phase:
-        raise harness.ConfigError(f"--total-timesteps {config.total_timesteps} is smaller than one update phase "
-                                  f"(--num-envs x --update-every = {steps_per_phase}); raise it or shrink the phase")
+        raise ValueError(f"--total-timesteps {config.total_timesteps} is smaller than one update phase "
+                         f"(--num-envs x --update-every = {steps_per_phase}); raise it or shrink the phase")
     if config.learning_starts >= config.total_timesteps // steps_per_phase * steps_per_phase:
-        raise harness.ConfigError(f"--learning-starts {config.learning_starts} leaves no steps to learn in "
-                                  f"--total-timesteps {config.total_timesteps}")
+        raise ValueError(f"--learning-starts {config.learning_starts} leaves no steps to learn in "
+                         f"--total-timesteps {config.total_timesteps}")
 
 
 # The hand-off to the harness: a fork keeps it (its runs take the fork's file name).

@@ -23,8 +23,8 @@ def test_help_lists_the_shared_flags_and_what_can_be_swept(run_script):
     assert quick.stdout == result.stdout and quick.stderr.strip() == "jax imported: False"
     full = ("import sys\n"
             f"sys.argv = [{str(ROOT / 'ppo.py')!r}, '--help']\n"
-            "import ppo\nimport scanrl.harness.cli\n"
-            "scanrl.harness.cli.parse_flags(ppo.ALGORITHM)\n")  # the parse after the heavy imports
+            "import ppo\nimport scanrl.harness.flags\n"
+            "scanrl.harness.flags.parse_flags(ppo.ALGORITHM)\n")  # the parse after the heavy imports
     slow = subprocess.run([sys.executable, "-c", full], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert slow.stdout == result.stdout
     for flag in ("--env", "--seed", "--num-seeds", "--total-timesteps", "--track", "--wandb-project",

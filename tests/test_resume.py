@@ -107,7 +107,7 @@ def test_resume_takes_logging_flags_given_at_their_defaults(finished_runs, tmp_p
     """A run directory saved with --track (someone else's, say) resumes with --no-track: a flag the command line
     names wins, although it equals the default."""
     import ppo
-    from scanrl.harness.cli import given_fields
+    from scanrl.harness.flags import given_fields
     from scanrl.harness.resume import resumed_config
 
     run_dir = copy_run(finished_runs, "ppo", tmp_path)

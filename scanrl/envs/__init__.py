@@ -58,6 +58,7 @@ __all__ = [
     "make",
     "make_vec",
     "normalize_observation",
+    "normalized_policy",
     "observation_normalizer",
     "num_states",
     "observation_stats",
@@ -356,14 +357,22 @@ def as_recurrent(policy) -> RecurrentPolicy:
     return RecurrentPolicy(lambda num_envs: (), lambda carry, obs, start: (carry, policy(obs)))
 
 
+def normalized_policy(policy, runner) -> RecurrentPolicy:
+    """`policy` (`act(obs)` or a `RecurrentPolicy`) fed observations as training saw them: standardised with the
+    frozen statistics of the `NormalizeObservation` state in `runner` (an agent's state), unchanged where it holds
+    none. The harness evaluates an algorithm's policy so, on an env without normalisation wrappers."""
+    normalize, policy = observation_normalizer(runner), as_recurrent(policy)
+    return RecurrentPolicy(policy.initial_carry, lambda carry, obs, start: policy.step(carry, normalize(obs), start))
+
+
 def evaluate(env, env_params, policy, key, num_steps: int):
     """Plays one episode in each env of a `make_vec` env with `policy`: `act(obs) -> action`, or a
     `RecurrentPolicy`, whose memory starts from its initial carry and resets where an episode starts.
 
     Returns the return of each env's first episode, shape `(num_envs,)`; `num_steps` should cover the
     longest episode (the env's time limit). It stops once every env's first episode has ended (an env with a
-    time limit of 1e9 steps ends when its episodes do). Evaluate on an env without normalisation wrappers and let
-    the policy normalise with training's frozen statistics (`normalize_observation`). The same in pieces, for a
+    time limit of 1e9 steps ends when its episodes do). Evaluate on an env without normalisation wrappers, the
+    policy normalising with training's frozen statistics (`normalized_policy`). The same in pieces, for a
     host that reports progress or stops between them: `evaluation_start`, then `evaluation_steps` until it ends.
     """
     carry = evaluation_start(env, env_params, policy, key)

@@ -274,18 +274,16 @@ class NormalizeReward(Wrapper):
         return obs, state, scaled, terminated, truncated, info
 
 
-def observation_stats(state):
-    """The running observation statistics in a (possibly re-wrapped) `NormalizeObservation` state, or None."""
-    while state is not None:
-        if isinstance(state, NormalizeObservationState):
-            return state.obs_stats
-        state = getattr(state, "env_state", None)
-    return None
+def observation_stats(tree):
+    """The running observation statistics of the `NormalizeObservation` state held anywhere in `tree` (an env state,
+    possibly re-wrapped, or an agent's whole state), or None."""
+    found = [x for x in jax.tree.leaves(tree, is_leaf=lambda x: isinstance(x, NormalizeObservationState))
+             if isinstance(x, NormalizeObservationState)]
+    return found[0].obs_stats if found else None
 
 
-def observation_normalizer(state):
-    """`obs -> obs`: what a (possibly re-wrapped) `NormalizeObservation` state does to observations, with its
-    statistics frozen (how a trained policy sees them); the identity for a state without one."""
-    stats = observation_stats(state)
+def observation_normalizer(tree):
+    """`obs -> obs`: what the `NormalizeObservation` state held in `tree` does to observations, with its statistics
+    frozen (how a trained policy sees them); the identity where `tree` holds none."""
+    stats = observation_stats(tree)
     return (lambda obs: obs) if stats is None else (lambda obs: normalize_observation(stats, obs))
-

@@ -2,7 +2,8 @@
 
 A script holds one algorithm (its `Config`, networks, `make_train_parts(config) -> (init, update)`, deterministic
 policy and the checks that belong to it) and hands it over as an `Algorithm` to `harness.main`, which does the rest.
-A script meets six names of it: `prepare_jax`, `Flags`, `require`, `ConfigError`, `Algorithm`, `main`.
+A script meets five names of it: `prepare_jax`, `Flags`, `require`, `Algorithm`, `main` (its `validate` raises
+`ValueError`).
 
 The modules, each one concern, in the order a run passes through them; a module imports only those above it:
 
@@ -78,14 +79,17 @@ def prepare_jax(module_name: str):
     the concurrency-optimised XLA:CPU scheduler off (jax 0.10 can hang with it on vmapped training) and one XLA:CPU
     device per core (one device keeps one core busy; a device count already in XLA_FLAGS wins)."""
     main = module_name == "__main__"
+    from scanrl.harness.flags import early_flags
+
+    early = early_flags(sys.argv[1:]) if main else {}
     if main:  # a path or run name this terminal's encoding cannot show is printed escaped, not a traceback
         for stream in (sys.stdout, sys.stderr):
             if hasattr(stream, "reconfigure"):
                 stream.reconfigure(errors="backslashreplace")
         _refuse_shadowed_packages(os.path.dirname(os.path.abspath(sys.argv[0])))
-    if main and {"-h", "--help"} & set(sys.argv[1:]):
+    if "help" in early:
         print_help(sys.modules["__main__"])  # exits, unless the Config needs the script's other names
-    elif main and _process_id() == "0":  # a first line at once: the imports take seconds
+    elif main and early.get("process_id", "0") == "0":  # a first line at once: the imports take seconds
         print(f"{os.path.basename(sys.argv[0])}: loading JAX and the environments ...", flush=True)
     flags = os.environ.get("XLA_FLAGS", "")
     if "concurrency_optimized_scheduler" not in flags:
@@ -93,7 +97,7 @@ def prepare_jax(module_name: str):
     if "xla_force_host_platform_device_count" not in flags:
         flags += f" --xla_force_host_platform_device_count={available_cores()}"
     os.environ["XLA_FLAGS"] = flags.strip()
-    if main and any(arg.split("=")[0] in ("--coordinator-address", "--coordinator_address") for arg in sys.argv[1:]):
+    if "coordinator_address" in early:
         from scanrl.harness.processes import start_processes  # several processes: joined before any backend
 
         start_processes()
@@ -113,17 +117,6 @@ def _refuse_shadowed_packages(folder):
                 print(f"error: {path} beside the script stands in for the {name} package (Python imports the "
                       f"script's folder first); rename it", file=sys.stderr)
                 sys.exit(2)
-
-
-def _process_id() -> str:
-    """This process's --process-id on the command line ("0" when not given)."""
-    argv = sys.argv[1:]
-    for i, arg in enumerate(argv):
-        if arg.startswith(("--process-id=", "--process_id=")):
-            return arg.split("=", 1)[1]
-        if arg in ("--process-id", "--process_id") and i + 1 < len(argv):
-            return argv[i + 1]
-    return "0"
 
 
 # Modules a Config may use that cost nothing to import; of scanrl, the harness only (scanrl.envs imports gymnax).

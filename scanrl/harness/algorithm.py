@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from scanrl.harness.flags import ConfigError
+
 
 def _no_checks(config):
     return None
@@ -50,7 +52,8 @@ class Algorithm:
     `key` (`blocks.sampling_policy`), for --eval --eval-sampled; one without it is deterministic (greedy Q-values,
     TD3's actor)"""
     validate: Callable[[Any], None] = _no_checks
-    """raises `ConfigError` for a config this algorithm cannot train (the shared flags are checked already)"""
+    """raises `ValueError` (one line naming the flag and what to do) for a config this algorithm cannot train (the
+    shared flags are checked already); the harness prints it as `error: <message>` and exits 2"""
     write_outputs: Callable | None = None
     """`(config, runner) -> (summary fields, {file name: matplotlib figure})`: extra outputs of a sweep point, from
     its agents' final runners (numpy, stacked on a leading agent axis), the figures saved in its directory; None:
@@ -67,6 +70,13 @@ class Algorithm:
         """The algorithm's name in run names, config.json, checkpoints and messages: the script's file name without
         .py, so a copy of ppo.py saved as ppo_kl.py is "ppo_kl" and its runs are its own."""
         return os.path.splitext(self.script)[0]
+
+    def check(self, config):
+        """`validate(config)`, its ValueError a `ConfigError`."""
+        try:
+            self.validate(config)
+        except ValueError as error:
+            raise error if isinstance(error, ConfigError) else ConfigError(str(error)) from None
 
     def num_iterations(self, config) -> int:
         return config.total_timesteps // self.steps_per_iteration(config)

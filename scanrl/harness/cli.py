@@ -1,21 +1,19 @@
-"""`main`: a script's command line, checked before anything compiles, then a new run trained, a run resumed
-(--resume) or evaluated (--eval); every error a user can make ends here in its one line and exit code."""
+"""`main`: a script's command line (read by `flags.parse_flags`), checked before anything compiles, then a new run
+trained, a run resumed (--resume) or evaluated (--eval); every error a user can make ends here in its one line and
+exit code."""
 
-import contextlib
 import dataclasses
-import io
 import logging
 import os
 import sys
 
 import jax
 import numpy as np
-import tyro
 
 from scanrl.harness import compile_cache
 from scanrl.harness.agents import gather
 from scanrl.harness.checkpoints import Checkpoints
-from scanrl.harness.flags import ConfigError, check_flags, check_paths, description
+from scanrl.harness.flags import ConfigError, check_flags, check_paths, given_fields, parse_flags
 from scanrl.harness.loop import awake, compile_job, run_evaluation
 from scanrl.harness.memory import size_flags
 from scanrl.harness.program import eval_policy, evaluation_keys, plan
@@ -69,49 +67,12 @@ def main(algorithm, config=None):
         sys.exit(2)
 
 
-def parse_flags(algorithm):
-    """tyro's parse of the command line; its error box (a bad value, an unknown flag) becomes the one line
-    `error: ...` naming the flag, exit 2. --help prints as tyro prints it."""
-    captured = io.StringIO()
-    doc = sys.modules[algorithm.make_train_parts.__module__].__doc__
-    try:
-        with contextlib.redirect_stderr(captured):
-            return tyro.cli(algorithm.config, description=description(doc))
-    except SystemExit as exit_:
-        if exit_.code in (0, None):
-            sys.stderr.write(captured.getvalue())
-            raise
-        # The box: a title line (the kind of error), the message (wrapped over lines, naming the flag), a rule. Where
-        # the output cannot show the box's characters (an ASCII locale), rich draws it as a rule under the title.
-        message = []
-        for line in captured.getvalue().splitlines()[1:]:
-            text = line.strip().strip("│|").strip()
-            if text and not text.strip("─-"):  # a rule: the one under an ASCII title, or the one after the message
-                if message:
-                    break
-                continue
-            message.append(text)
-        raise ConfigError(f"{' '.join(message) or 'cannot parse the command line'} (see --help)") from None
-
-
-def given_fields(algorithm, argv) -> set[str]:
-    """The config fields a command line names (`--out-dir x`, `--out-dir=x`, `--no-track`), given as well as
-    defaulted: --resume takes a logging flag given at its default (`--no-track`) over the run's value."""
-    fields, given = {f.name for f in dataclasses.fields(algorithm.config)}, set()
-    for arg in argv:
-        if arg.startswith("--"):
-            name = arg[2:].split("=")[0].replace("-", "_")
-            name = name[3:] if name.startswith("no_") and name[3:] in fields else name
-            given |= {name} & fields
-    return given
-
-
 def check(algorithm, config):
     """-> (the config as it trains, its sweep points); ConfigError if it cannot be trained. Writes nothing. (That
     each swept field takes one value per agent is checked on the program: `program.plan`.)"""
     check_flags(config)
     check_env(config)
-    algorithm.validate(config)
+    algorithm.check(config)
     points = sweep_points(algorithm, config)
     check_sweep_points(algorithm, config, points)
     iterations = algorithm.num_iterations(config)
@@ -153,7 +114,7 @@ def eval_config(algorithm, config):
     try:  # the saved config, checked as a new run's is (a config.json edited or damaged into values it cannot run)
         check_flags(dataclasses.replace(run_config, eval=config.eval))
         check_env(run_config)
-        algorithm.validate(run_config)
+        algorithm.check(run_config)
     except ConfigError as error:
         raise ConfigError(f"--eval: {os.path.join(config.eval, 'config.json')} holds a config {algorithm.script} "
                           f"cannot run ({error}); put back the run's values") from None

@@ -57,7 +57,7 @@ def load_script(path):
 def tiny_config(algorithm, flags, out_dir):
     """The script's config from `flags`, tiny where they do not say: 2 seeds, 2 eval episodes, about 4 iterations in
     4 chunks, every checkpoint kept, in `out_dir`."""
-    from scanrl.harness.cli import given_fields
+    from scanrl.harness.flags import given_fields
 
     config = tyro.cli(algorithm.config, args=list(flags))
     given = given_fields(algorithm, flags)
@@ -65,7 +65,7 @@ def tiny_config(algorithm, flags, out_dir):
     config = dataclasses.replace(config, **tiny, out_dir=out_dir, run_name="whole", keep_checkpoints=4)
     if "total_timesteps" not in given:
         config = dataclasses.replace(config, total_timesteps=4 * algorithm.steps_per_iteration(config))
-        while config.total_timesteps < 2**24 and not holds(algorithm.validate, config, errors=ConfigError):
+        while config.total_timesteps < 2**24 and not holds(algorithm.check, config, errors=ConfigError):
             # A budget the script cannot train (sac.py learns only after --learning-starts): twice as long.
             config = dataclasses.replace(config, total_timesteps=2 * config.total_timesteps)
     return dataclasses.replace(config, num_chunks=min(4, algorithm.num_iterations(config)))

@@ -1,20 +1,25 @@
-"""The flags every script shares (`Flags`), `ConfigError`, and the checks of the shared flags and of `require`.
+"""The command line: the flags every script shares (`Flags`), read by tyro (`parse_flags`; before JAX starts, the
+few `prepare_jax` needs: `early_flags`), `ConfigError`, and the checks of the shared flags and of `require`.
 
 A script's `Config` subclasses `Flags`, adds its algorithm's fields and redefines `env`, `total_timesteps` and
 `log_every` with its own defaults; tyro turns every field into a flag of the same name (`num_seeds`: `--num-seeds`).
 """
 
+import contextlib
 import dataclasses
+import io
 import math
 import os
+import sys
 from dataclasses import dataclass
 
 import tyro
 
 
-class ConfigError(Exception):
+class ConfigError(ValueError):
     """A config that cannot be run. Its message is one line that names the flag and says what to do;
-    `harness.main` prints it as `error: <message>` and exits with code 2."""
+    `harness.main` prints it as `error: <message>` and exits with code 2 (as it does a script's `validate`'s
+    ValueError)."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,59 @@ class Flags:
     """this process's index, 0 to --num-processes - 1; process 0 writes the run directory and wandb"""
     distributed_timeout: int = 60
     """seconds a multi-process run waits for all its processes to join; then each exits 1 with one line"""
+
+
+def parse_flags(algorithm):
+    """tyro's parse of the command line; its error box (a bad value, an unknown flag) becomes the one line
+    `error: ...` naming the flag, exit 2. --help prints as tyro prints it."""
+    captured = io.StringIO()
+    doc = sys.modules[algorithm.make_train_parts.__module__].__doc__
+    try:
+        with contextlib.redirect_stderr(captured):
+            return tyro.cli(algorithm.config, description=description(doc))
+    except SystemExit as exit_:
+        if exit_.code in (0, None):
+            sys.stderr.write(captured.getvalue())
+            raise
+        # The box: a title line (the kind of error), the message (wrapped over lines, naming the flag), a rule. Where
+        # the output cannot show the box's characters (an ASCII locale), rich draws it as a rule under the title.
+        message = []
+        for line in captured.getvalue().splitlines()[1:]:
+            text = line.strip().strip("│|").strip()
+            if text and not text.strip("─-"):  # a rule: the one under an ASCII title, or the one after the message
+                if message:
+                    break
+                continue
+            message.append(text)
+        raise ConfigError(f"{' '.join(message) or 'cannot parse the command line'} (see --help)") from None
+
+
+def given_fields(algorithm, argv) -> set[str]:
+    """The config fields a command line names (`--out-dir x`, `--out-dir=x`, `--no-track`), given as well as
+    defaulted: --resume takes a logging flag given at its default (`--no-track`) over the run's value."""
+    fields, given = {f.name for f in dataclasses.fields(algorithm.config)}, set()
+    for arg in argv:
+        if arg.startswith("--"):
+            name = arg[2:].split("=")[0].replace("-", "_")
+            name = name[3:] if name.startswith("no_") and name[3:] in fields else name
+            given |= {name} & fields
+    return given
+
+
+# The flags read before JAX makes its backend (`prepare_jax`): --help, and a multi-process run's, which must join first.
+EARLY_FLAGS = ("help", "coordinator_address", "num_processes", "process_id", "distributed_timeout")
+
+
+def early_flags(argv) -> dict:
+    """The EARLY_FLAGS `argv` names, as tyro reads them (`--process-id 1`, `--process-id=1`, `--process_id 1`), each
+    with its value as a string ("" for --help), unchecked: the config check names a bad value later."""
+    found = {}
+    for i, arg in enumerate(argv):
+        name, eq, value = arg.partition("=")
+        key = "help" if name == "-h" else name[2:].replace("-", "_") if name.startswith("--") else None
+        if key in EARLY_FLAGS:
+            found[key] = value if eq or key == "help" else (argv[i + 1] if i + 1 < len(argv) else "")
+    return found
 
 
 # Flags that change what is logged or where, not what is computed: they may differ on --resume and --eval.

@@ -22,6 +22,7 @@ from scanrl.harness.flags import ConfigError, flag
 from scanrl.harness.memory import check_memory
 from scanrl.harness.metrics import Progress, plural
 from scanrl.harness.program import CHECKPOINT_S, evaluation_keys
+from scanrl.harness.resume import start_or_resume
 from scanrl.harness.stops import (
     RunStopped,
     callback_failure,
@@ -209,24 +210,6 @@ def train_run(job, compiled, run_dir, tracking, stop):
         print(f"trained in {train_s:.1f} s; evaluating {plural(len(job.keys), 'agent')} on "
               f"{plural(config.eval_episodes, 'episode')} each, then writing the summaries and plots", flush=True)
     return runner, history, {"resumed_after_iteration": done or None, "train_s": train_s}
-
-
-def start_or_resume(job, checkpoints, run_dir) -> tuple:
-    """-> (runner, metrics so far or None, iterations done): fresh agents, or --resume's newest readable checkpoint;
-    (None, None, done) for a finished run, which is left alone."""
-    restored = None
-    if job.config.resume is not None:
-        restored = checkpoints.restore("--resume", job.algorithm.name, job.config, job.abstract_runner, True)
-        if restored is None and job.lead:
-            print("no checkpoint yet (the run stopped before its first chunk ended): starting it again")
-    if restored is None:
-        return job.fresh_agents(), None, 0
-    runner, history, done = restored
-    finished = done == job.num_iterations and os.path.exists(os.path.join(run_dir.path, "summary.json"))
-    if job.lead:
-        print(f"{run_dir.path} is finished ({done} of {done} iterations, summary.json written): nothing to resume"
-              if finished else f"resuming after iteration {done} of {job.num_iterations}")
-    return (None, None, done) if finished else (runner, history, done)
 
 
 def train_chunks(job, compiled, runner, history, done, checkpoints, run_dir, progress, stop):

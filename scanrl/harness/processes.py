@@ -2,7 +2,6 @@
 every collective, so that a peer that died or hangs ends the others with one line instead of a C++ stack dump.
 Imported only where more than one process runs (`harness.agents` reaches it through `collective`)."""
 
-import argparse
 import contextlib
 import itertools
 import os
@@ -12,6 +11,7 @@ import time
 
 import jax
 
+from scanrl.harness.flags import Flags, early_flags
 from scanrl.harness.jax_private import coordination_client
 
 # Set by start_processes; "timeout" (--distributed-timeout) is how long a collective waits for its peers.
@@ -32,27 +32,24 @@ def start_processes(argv=None):
     `import envs`: gymnax makes one at import). Bad or incomplete flags are left to the config check, which names
     them. Peers that do not join within --distributed-timeout end this process with one line, before JAX's own
     timeout (300 s) ends it with a C++ stack dump."""
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    for name, default in (("coordinator-address", None), ("num-processes", "1"), ("process-id", "0"),
-                          ("distributed-timeout", "60")):
-        parser.add_argument(f"--{name}", f"--{name.replace('-', '_')}", default=default)
-    flags, _ = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    flags = early_flags(sys.argv[1:] if argv is None else argv)
+    address = flags.get("coordinator_address")
     try:
-        num_processes, process_id = int(flags.num_processes), int(flags.process_id)
-        timeout = int(flags.distributed_timeout)
+        num_processes, process_id, timeout = (int(flags.get(k, getattr(Flags, k)))
+                                              for k in ("num_processes", "process_id", "distributed_timeout"))
     except ValueError:
         return
-    if flags.coordinator_address is None or not 0 <= process_id < num_processes or timeout <= 0:
+    if not address or not 0 <= process_id < num_processes or timeout <= 0:
         return
     waiting_for = (f"the other {num_processes - 1} process(es)" if process_id == 0
-                   else f"process 0 (the coordinator) at {flags.coordinator_address}, or the others")
+                   else f"process 0 (the coordinator) at {address}, or the others")
     watchdog = threading.Timer(timeout, _exit_1, [
         f"error: process {process_id} of {num_processes}: {waiting_for} did not join within {timeout} s "
         "(--distributed-timeout); start every process with the same flags and its own --process-id"])
     watchdog.daemon = True
     watchdog.start()
     try:
-        jax.distributed.initialize(flags.coordinator_address, num_processes, process_id,
+        jax.distributed.initialize(address, num_processes, process_id,
                                    initialization_timeout=timeout + 30)
     finally:
         watchdog.cancel()

@@ -72,10 +72,11 @@ def make_evaluate(algorithm, config, sampled=False) -> Evaluate:
 
 def eval_policy(algorithm, config, runner, key, sampled):
     """The deterministic policy, or (`sampled`) the sampled one drawing its actions from a key folded from `key`
-    (the episodes' key): the same episodes either way."""
-    if not sampled:
-        return algorithm.policy(config, runner)
-    return algorithm.policy(config, runner, key=jax.random.fold_in(key, EVALUATION_FOLD))
+    (the episodes' key): the same episodes either way. It sees observations as training did (`normalized_policy`)."""
+    from scanrl import envs
+
+    act = algorithm.policy(config, runner, **{"key": jax.random.fold_in(key, EVALUATION_FOLD)} if sampled else {})
+    return envs.normalized_policy(act, runner)
 
 
 def evaluation_keys(keys) -> np.ndarray:

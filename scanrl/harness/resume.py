@@ -1,8 +1,8 @@
 """--resume, before anything compiles: a run's config.json read back as the script's Config fields (a run of another
 script, a value of the wrong type or another version's field is one line; --eval reads it so too), held to the
 config its newest checkpoint was trained with (--resume takes the run's own config with this command line's logging
-flags; --eval refuses an edited one), and the checkpoints its metrics.csv rows need. The run directory is then owned
-(`rundir.RunDirectory`) and training goes on from the newest checkpoint (`loop.start_or_resume`)."""
+flags; --eval refuses an edited one), and the checkpoints its metrics.csv rows need; then, once the run directory
+is owned (`rundir.RunDirectory`), training goes on from its newest readable checkpoint (`start_or_resume`)."""
 
 import contextlib
 import csv
@@ -152,10 +152,16 @@ def resumed_config(algorithm, config, named=(), trained=None):
 
 def resumed(algorithm, config, named=()):
     """--resume DIR: the run's own config (see `resumed_config`; `named`: the fields the command line names), checked
-    to have the checkpoints its metrics.csv rows need."""
+    to have the checkpoints its metrics.csv rows need, DIR reached through a link as it is (its files' folder is
+    none)."""
+    import jax
+
     config = resumed_config(algorithm, config, named, trained_config(config.resume))
     require_checkpoints_for_progress(config.resume, algorithm.script)
-    return config
+    path = os.path.realpath(config.resume)
+    if path != os.path.abspath(config.resume) and jax.process_index() == 0:  # only where the user named a link
+        print(f"--resume {config.resume} leads through a link to {path}: resuming {path}")
+    return dataclasses.replace(config, resume=path)
 
 
 def require_checkpoints_for_progress(run_dir, script):
@@ -194,3 +200,21 @@ def trained_config(run_dir):
             with contextlib.suppress(Exception):
                 return os.path.join(checkpoints.folder, str(step)), dict(checkpoints.meta(step)["config"])
     return None
+
+
+def start_or_resume(job, checkpoints, run_dir) -> tuple:
+    """-> (runner, metrics so far or None, iterations done): fresh agents, or --resume's newest readable checkpoint;
+    (None, None, done) for a finished run, which is left alone."""
+    restored = None
+    if job.config.resume is not None:
+        restored = checkpoints.restore("--resume", job.algorithm.name, job.config, job.abstract_runner, True)
+        if restored is None and job.lead:
+            print("no checkpoint yet (the run stopped before its first chunk ended): starting it again")
+    if restored is None:
+        return job.fresh_agents(), None, 0
+    runner, history, done = restored
+    finished = done == job.num_iterations and os.path.exists(os.path.join(run_dir.path, "summary.json"))
+    if job.lead:
+        print(f"{run_dir.path} is finished ({done} of {done} iterations, summary.json written): nothing to resume"
+              if finished else f"resuming after iteration {done} of {job.num_iterations}")
+    return (None, None, done) if finished else (runner, history, done)

@@ -24,9 +24,7 @@ class RunDirectory:
         """`name`: the algorithm's (its runs' names and config.json's "algo")."""
         self.name, self.config, self.points, self.lead = name, config, points, lead
         if config.resume is not None:
-            self.path = os.path.realpath(config.resume)  # reached through a link, as it is: its files' folder is none
-            if lead and self.path != os.path.abspath(config.resume):  # only where the user named a link
-                print(f"--resume {config.resume} leads through a link to {self.path}: resuming {self.path}")
+            self.path = config.resume  # its real path (`resume.resumed`)
             self.run_name = os.path.basename(os.path.normpath(self.path))
         else:
             # Brax ids hold '/' and ':'. The suffix parts jobs started in the same second; all take process 0's name.

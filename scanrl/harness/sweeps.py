@@ -83,7 +83,7 @@ def check_sweep_points(algorithm, config, points):
         try:
             point_config = dataclasses.replace(config, sweep=(), **point)
             require_finite(point_config)
-            algorithm.validate(point_config)
+            algorithm.check(point_config)
         except ConfigError as error:
             raise ConfigError(f"--sweep {point_label(point)}: {error}") from None
 
