@@ -7,7 +7,8 @@ A script meets five names of it: `prepare_jax`, `Flags`, `require`, `Algorithm`,
 
 The modules, each one concern, in the order a run passes through them; a module imports only those above it:
 
-    flags.py        `Flags` (the flags every script shares), `ConfigError`, `require` and the flag checks
+    flags.py        the command line: `Flags` (the flags every script shares) read by tyro (and the few read before
+                    JAX starts), `ConfigError`, `require` and the flag checks
     algorithm.py    `Algorithm`: what the harness knows of an algorithm
     files.py        the one way a file is written in a run directory (never through a link), and its lock
     tracking.py     wandb, all of it: a run per sweep point, its live metrics, its summary
@@ -19,7 +20,8 @@ The modules, each one concern, in the order a run passes through them; a module 
     agents.py       the devices agents are split over, programs over them, and the collectives of a run
     memory.py       the memory check, from shapes and compiled programs, before anything is allocated
     checkpoints.py  orbax checkpoints of every agent's whole state, checked before and on restore
-    resume.py       --resume before anything compiles: config.json read back and held to its checkpoint's
+    resume.py       --resume, all of it: config.json read back and held to its checkpoint's (before anything
+                    compiles), then training's start from the newest readable checkpoint
     sweeps.py       --sweep: its points, their names, the checks of each point's values
     metrics.py      metrics.csv and the progress lines
     program.py      one agent's program, made once per run (`plan` -> `Job`): parts, keys, init, training piece,
@@ -30,8 +32,7 @@ The modules, each one concern, in the order a run passes through them; a module 
                     stop), and evaluations in pieces
     summaries.py    the end of a run: its report, summary.json, plots, outputs, a sweep's ranking
     train.py        a new or resumed run along that path: plan, run directory, compile, chunks, evaluation, summaries
-    cli.py          `main`: the command line read and checked, then training, --resume or --eval (over the plan and
-                    the loop)
+    cli.py          `main`: the command line checked, then training, --resume or --eval (over the plan and the loop)
     contract.py     `python -m scanrl.harness.contract SCRIPT`: the checks a fork must pass (over the same)
 
 Importing the harness makes no JAX backend and changes no environment variable. A script calls
