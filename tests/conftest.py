@@ -9,17 +9,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-# As the scripts do: avoid the XLA:CPU scheduler hang on vmapped training (see README) in-process too.
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_enable_concurrency_optimized_scheduler=false")
+# As the scripts do: avoid the XLA:CPU scheduler hang on vmapped training (see README), in-process too. And the tests'
+# programs compile at XLA's lowest backend optimisation level, in-process and in the scripts they run (which inherit
+# XLA_FLAGS): about a third less compile time, and a test's tiny runs are over before optimised code would pay. The
+# learning tests run long enough for it to pay: they compile as a user's run does (`run_script(..., optimized=True)`).
+OPTIMIZED_FLAGS = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+TEST_FLAGS = f"{OPTIMIZED_FLAGS} --xla_backend_optimization_level=0"
+os.environ.setdefault("XLA_FLAGS", TEST_FLAGS)
 
 import pytest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-# For a run whose compile dominates a smoke test (Brax physics, Craftax): XLA's lowest backend optimisation level
-# compiles about a third faster and changes nothing a short run checks (`run_script(..., env_overrides=FAST_COMPILE)`).
-FAST_COMPILE = {"XLA_FLAGS": "--xla_cpu_enable_concurrency_optimized_scheduler=false "
-                             "--xla_backend_optimization_level=0"}
-# The same for a program compiled in this process: `jax.jit(f).lower(...).compile(FAST_COMPILE_OPTIONS)`.
+# The lowest level for a program compiled in this process whatever XLA_FLAGS says (a user's own):
+# `jax.jit(f).lower(...).compile(FAST_COMPILE_OPTIONS)`.
 FAST_COMPILE_OPTIONS = {"xla_backend_optimization_level": 0}
 sys.path.insert(0, str(ROOT))
 
@@ -108,11 +110,13 @@ def compile_cache(tmp_path_factory):
 def run_script(tmp_path):
     """`run_script("ppo.py", "--total-timesteps", "1024", ...)` -> CompletedProcess, run in `tmp_path` with
     `--out-dir tmp_path/runs` added unless given, wandb offline and its files kept inside `tmp_path`;
+    `optimized`: compiled at XLA's default optimisation level, as a user's run is (the learning tests);
     `env_overrides` (a dict) is applied last, for tests that need a different wandb setting."""
 
-    def _run(script, *args, timeout=600, add_out_dir=True, env_overrides=None):
+    def _run(script, *args, timeout=600, add_out_dir=True, env_overrides=None, optimized=False):
         env = {
             **os.environ,
+            **({"XLA_FLAGS": OPTIMIZED_FLAGS} if optimized else {}),
             "WANDB_MODE": "offline",
             "WANDB_DIR": str(tmp_path),
             "WANDB_CACHE_DIR": str(tmp_path / "wandb-cache"),

@@ -21,13 +21,13 @@ import jax
 import numpy as np
 import pytest
 from cases import SCRIPTS, SWEEPS, copy_run, exit_code_and_error, read_csv, tiny_config, tiny_flags
-from conftest import ROOT
+from conftest import ROOT, TEST_FLAGS
 
 from scanrl.harness.agents import choose_devices
 from scanrl.harness.program import seed_keys
 from scanrl.harness.sweeps import point_label
 
-TWO_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+TWO_DEVICES = {"XLA_FLAGS": f"{TEST_FLAGS} --xla_force_host_platform_device_count=2"}  # compiled as the 1-device runs
 
 
 def by_iteration(rows):
@@ -98,7 +98,7 @@ def test_two_processes_on_localhost_write_one_run_with_all_seeds(one_device_run,
         s.bind(("localhost", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path)}
-    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"  # one CPU device per process
+    env["XLA_FLAGS"] = f"{TEST_FLAGS} --xla_force_host_platform_device_count=1"  # one CPU device per process
     flags = tiny_flags("ppo", num_seeds=4, run_name="multi", out_dir=str(tmp_path / "runs"),
                        coordinator_address=f"localhost:{port}", num_processes=2)
     processes = [subprocess.Popen([sys.executable, str(ROOT / "ppo.py"), *flags, "--process-id", str(i)],

@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import FAST_COMPILE, read_run
+from conftest import read_run
 from flax import struct
 
 from scanrl import envs
@@ -99,11 +99,10 @@ def test_halfcheetah_spaces():
 def test_td3_smoke_on_brax_physics(run_script, tmp_path):
     pytest.importorskip("brax", reason="brax is not installed: pip install -r requirements-brax.txt")
     # Compiling Brax physics dominates this test: the smallest model (inverted_pendulum compiles in 13 s here,
-    # halfcheetah in 21 s), compiled at XLA's lowest backend optimisation level (FAST_COMPILE, conftest.py).
+    # halfcheetah in 21 s), compiled at XLA's lowest backend optimisation level, as every test's (conftest.py).
     result = run_script("td3.py", "--env", "brax/inverted_pendulum", "--total-timesteps", "64", "--num-envs", "2",
                         "--learning-starts", "32", "--log-every", "32", "--updates-per-step", "1",
-                        "--batch-size", "16", "--hidden-size", "16", "--eval-episodes", "1",
-                        env_overrides=FAST_COMPILE)
+                        "--batch-size", "16", "--hidden-size", "16", "--eval-episodes", "1")
     assert result.returncode == 0, result.stderr
     run_dir, summary = read_run(tmp_path / "runs")
     assert run_dir.name.startswith("brax-inverted_pendulum__td3__")

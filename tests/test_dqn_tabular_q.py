@@ -183,7 +183,7 @@ def test_30_tabular_agents_find_the_18_step_path_on_gridworld(run_script, tmp_pa
 @pytest.mark.slow
 def test_dqn_learns_cartpole(run_script, tmp_path):
     result = run_script("dqn_tabular_q.py", "--env", "CartPole-v1", "--num-seeds", "4",
-                        "--total-timesteps", "500000", timeout=900)
+                        "--total-timesteps", "500000", timeout=900, optimized=True)
     assert result.returncode == 0, result.stderr
     _, summary = read_run(tmp_path / "runs")
     assert np.mean(summary["eval_return"]) >= 400, summary["eval_return"]

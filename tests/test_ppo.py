@@ -79,7 +79,8 @@ def test_runs_on_minatar():
 @pytest.mark.slow
 def test_cartpole_learns(run_script, tmp_path):
     # CleanRL reports 490 +- 6 for PPO on CartPole-v1 at 500k steps.
-    result = run_script("ppo.py", "--env", "CartPole-v1", "--num-seeds", "4", "--total-timesteps", "500000")
+    result = run_script("ppo.py", "--env", "CartPole-v1", "--num-seeds", "4", "--total-timesteps", "500000",
+                        optimized=True)
     assert result.returncode == 0, result.stderr
     _, summary = read_run(tmp_path / "runs")
     assert np.mean(summary["eval_return"]) >= 450, summary
@@ -92,7 +93,7 @@ PENDULUM = ["--env", "Pendulum-v1", "--num-envs", "16", "--num-steps", "128", "-
 @pytest.mark.slow
 def test_pendulum_learns_above_random(run_script, tmp_path):
     # A uniformly random policy scores about -1200 on Pendulum-v1.
-    result = run_script("ppo.py", *PENDULUM, "--num-seeds", "2", "--total-timesteps", "300000")
+    result = run_script("ppo.py", *PENDULUM, "--num-seeds", "2", "--total-timesteps", "300000", optimized=True)
     assert result.returncode == 0, result.stderr
     _, summary = read_run(tmp_path / "runs")
     assert np.mean(summary["eval_return"]) >= -500, summary

@@ -163,7 +163,8 @@ def test_learns_masked_cartpole(run_script, tmp_path):
     """150k env steps, 4 seeds: ppo_rnn.py balances the pole it sees without velocities (eval IQM >= 400; 500 on
     every seed here), its evaluation agreeing with training. ppo.py, without memory, scores about 40 there (the
     learning suite's memory results)."""
-    result = run_script("ppo_rnn.py", "--env", "CartPole-v1-masked", "--num-seeds", "4", "--total-timesteps", "150000")
+    result = run_script("ppo_rnn.py", "--env", "CartPole-v1-masked", "--num-seeds", "4", "--total-timesteps", "150000",
+                        optimized=True)
     assert result.returncode == 0, result.stderr
     run_dir, summary = read_run(tmp_path / "runs")
     assert summary["eval_return_iqm"]["iqm"] >= 400, summary

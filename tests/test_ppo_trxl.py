@@ -71,7 +71,7 @@ def test_the_window_holds_the_last_memory_length_steps():
 def test_learns_masked_cartpole(run_script, tmp_path):
     """CartPole without velocities, fixed seeds: eval IQM >= 400 (ppo.py, without memory, scores about 40)."""
     result = run_script("ppo_trxl.py", "--env", "CartPole-v1-masked", "--num-seeds", "2", "--total-timesteps",
-                        "100000", "--eval-episodes", "8")
+                        "100000", "--eval-episodes", "8", optimized=True)
     assert result.returncode == 0, result.stderr
     _, summary = read_run(tmp_path / "runs")
     assert summary["eval_return_iqm"]["iqm"] >= 400, summary
@@ -81,7 +81,7 @@ def test_learns_masked_cartpole(run_script, tmp_path):
 def test_learns_memory_chain(run_script, tmp_path):
     """MemoryChain-bsuite (remember the context bit 5 steps): every seed answers right (eval 1.0; a guess scores 0)."""
     result = run_script("ppo_trxl.py", "--env", "MemoryChain-bsuite", "--num-seeds", "2", "--total-timesteps", "30000",
-                        "--memory-length", "8", "--eval-episodes", "8")
+                        "--memory-length", "8", "--eval-episodes", "8", optimized=True)
     assert result.returncode == 0, result.stderr
     _, summary = read_run(tmp_path / "runs")
     assert min(summary["eval_return"]) == 1.0, summary

@@ -178,7 +178,8 @@ def test_four_seed_run_writes_every_output(tmp_path, capsys):
 @pytest.mark.slow
 def test_cartpole_learns(run_script, tmp_path):
     # Issue 4: mean eval_return >= 400 over 4 seeds within 1M steps; 200k suffice with the defaults.
-    result = run_script("reinforce.py", "--env", "CartPole-v1", "--num-seeds", "4", "--total-timesteps", "200000")
+    result = run_script("reinforce.py", "--env", "CartPole-v1", "--num-seeds", "4", "--total-timesteps", "200000",
+                        optimized=True)
     assert result.returncode == 0, result.stderr
     _, summary = read_run(tmp_path / "runs")
     assert np.mean(summary["eval_return"]) >= 400, summary

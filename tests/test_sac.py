@@ -167,7 +167,7 @@ def test_pendulum_learns(run_script, tmp_path):
     # episodes); a random policy scores about -1200. Here 15k steps (at 10k one of these seeds' deterministic policy
     # still scored -602, the mean -256) and hidden 64 (not the default 256): about 30x faster on a CPU.
     result = run_script("sac.py", "--env", "Pendulum-v1", "--num-seeds", "4", "--total-timesteps", "15000",
-                        "--hidden-size", "64")
+                        "--hidden-size", "64", optimized=True)
     assert result.returncode == 0, result.stderr
     _, summary = read_run(tmp_path / "runs")
     assert summary["env_steps"] <= 15_000
