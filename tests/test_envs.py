@@ -137,6 +137,20 @@ def test_normalize_observation_matches_numpy_statistics():
     expected = np.clip((seen[-2:] - seen.mean(0)) / np.sqrt(seen.var(0) + 1e-8), -10, 10)
     np.testing.assert_allclose(obs, expected, rtol=1e-3, atol=1e-3)
 
+    # What the harness evaluates: a policy fed the observations as training saw them, from the statistics held
+    # anywhere in an agent's state (here a runner of two fields), frozen; a feed-forward and a recurrent one alike.
+    runner = {"env_state": state, "rng": jax.random.PRNGKey(0)}
+    raw = jnp.asarray(seen[-2:])
+    normalized = envs.normalize_observation(stats, raw)
+    act = envs.normalized_policy(lambda o: o, runner)
+    np.testing.assert_array_equal(act.step(act.initial_carry(2), raw, jnp.ones(2, bool))[1], normalized)
+    memory = envs.RecurrentPolicy(lambda n: jnp.zeros(n), lambda c, o, s: (c + 1, o))
+    carry, seen_obs = envs.normalized_policy(memory, runner).step(jnp.zeros(2), raw, jnp.ones(2, bool))
+    np.testing.assert_array_equal(seen_obs, normalized)
+    np.testing.assert_array_equal(carry, [1, 1])
+    unwrapped = envs.normalized_policy(lambda o: o, {"env_state": raw_state})  # no statistics: unchanged
+    np.testing.assert_array_equal(unwrapped.step((), raw, jnp.ones(2, bool))[1], raw)
+
 
 def test_normalize_reward_keeps_raw_episode_statistics():
     env = envs.NormalizeReward(envs.VecEnv(envs.EpisodeStatistics(Counter()), 1), gamma=0.9)
