@@ -171,9 +171,9 @@ def uninterrupted(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("moment, resumed_after", [
     ("compile", ("no checkpoint yet",)),
-    # Killed in the last chunk: the checkpoint after iteration 4 is complete (orbax finishes one checkpoint before
-    # it starts the next), the one after 8 may still have been in writing.
-    ("mid-chunk", ("resuming after iteration 4 of 16", "resuming after iteration 8 of 16")),
+    # Killed in the last chunk (iterations 13-16): the checkpoint after iteration 8 is complete (the loop waits for a
+    # chunk's checkpoint before it starts the next one's), the one after 12 may still have been in writing.
+    ("mid-chunk", ("resuming after iteration 8 of 16", "resuming after iteration 12 of 16")),
     # Killed while the first checkpoint is written: its chunk's rows wait for it, so the run starts again.
     ("first-checkpoint-write", ("no checkpoint yet", "resuming after iteration 4 of 16")),
 ])
