@@ -1,6 +1,8 @@
 """scanrl/envs/: make, the wrappers (episode statistics across auto-resets, termination vs truncation, flattening,
 action clipping, running normalisation) and evaluate."""
 
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import jax
@@ -290,3 +292,17 @@ class Wide(Corridor):
     line = str(error.value)
     assert line == (f"'wide:Wide': step returns a reward of shape [3] (a scalar, one env's); the scripts batch envs "
                     f"with jax.vmap: fix step_env at {tmp_path / 'wide.py'}:{where}"), line
+
+
+def test_gymnax_draws_with_seaborn_that_no_run_imports():
+    """gymnax imports seaborn (with scipy.stats and pandas, 1.8 s) only to draw Pong: a run never pays for it, and
+    Pong's drawing still finds it, the real module, as does anyone who imports it."""
+    code = (
+        "import sys, scanrl.envs, gymnax.environments.misc.pong as pong\n"
+        "assert not {'seaborn', 'scipy.stats', 'pandas'} & set(sys.modules), 'imported at start'\n"
+        "assert len(pong.sns.color_palette('cubehelix', 3)) == 3\n"
+        "import seaborn\n"
+        "assert pong.sns.color_palette is seaborn.color_palette and type(seaborn).__name__ == 'module'\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]

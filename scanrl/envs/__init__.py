@@ -5,6 +5,7 @@
 
 Every env speaks the gymnax 1.x API (see `envs.wrappers`).
 """
+# ruff: noqa: E402 - seaborn's stand-in (below) goes in before gymnax is imported
 
 import difflib
 import importlib
@@ -14,10 +15,24 @@ import os
 import re
 import sys
 import traceback
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+
+class _ImportedOnFirstUse(types.ModuleType):
+    """Stands in for a module until one of its attributes is used, then imports it."""
+
+    def __getattr__(self, attr):
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        return getattr(importlib.import_module(self.__name__), attr)
+
+
+# gymnax imports seaborn (and with it scipy.stats and pandas) at the top of Pong's module, only to draw Pong: 1.8 s of
+# every run's start. gymnax's modules get a stand-in that imports it if they ever draw; anyone else, the real one.
+_seaborn = None if "seaborn" in sys.modules else sys.modules.setdefault("seaborn", _ImportedOnFirstUse("seaborn"))
 import gymnax
 import jax
 import jax.numpy as jnp
@@ -39,6 +54,9 @@ from scanrl.envs.wrappers import (
     observation_normalizer,
     observation_stats,
 )
+
+if _seaborn is not None and sys.modules.get("seaborn") is _seaborn:
+    del sys.modules["seaborn"]
 
 __all__ = [
     "ClipAction",
