@@ -44,6 +44,7 @@ def test_curve_has_no_gap_once_every_seed_finished_an_episode(figures):
     assert start == 3  # seed 2's first episode ends in row 3
     assert not np.isnan(mean).any() and not np.isnan(half).any() and np.all(low <= mean) and np.all(mean <= high)
     np.testing.assert_allclose(mean[0], np.mean([10.0, 20.0, 30.0]))
+    np.testing.assert_allclose(half[0], 4.302653 * 10.0 / np.sqrt(3), rtol=1e-6)  # Student's t(0.975, 2 dof): 4.302653
     plots.plot_learning_curve("unused.png", metrics, "t")
     (ax,) = figures[0].axes  # episode length is constant: no second panel
     (mean_line,) = [line for line in ax.get_lines() if line.get_label() == "mean over 3 seeds"]
