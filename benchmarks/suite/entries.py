@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 # The name each script writes into config.json's "algo", by the suite's algorithm label.
 SCRIPT_ALGO = {"ppo": "ppo", "ppo_rnn": "ppo_rnn", "dqn": "dqn_tabular_q", "pqn": "pqn", "vpg": "reinforce",
-               "td3": "td3", "sac": "sac", "tabular_q": "dqn_tabular_q"}
+               "td3": "td3", "sac": "sac", "tabular_q": "dqn_tabular_q", "ppo_rnn_lstm": "ppo_rnn",
+               "ppo_rnn_lru": "ppo_rnn", "ppo_trxl": "ppo_trxl"}
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,8 @@ class Entry:
     name: str
     """run directory name and --only name, one path component"""
     algo: str
-    """ppo, dqn, pqn, vpg, td3 or tabular_q: the plots and the aggregate rows group by it"""
+    """a key of SCRIPT_ALGO (ppo, dqn, pqn, vpg, td3, sac, tabular_q, a memory of ppo_rnn or ppo_trxl): the plots and
+    the aggregate rows group by it"""
     script: str
     """the script that trains it, run from the repository root"""
     env: str
@@ -72,6 +74,10 @@ SCORE_RANGES = {
     "Pendulum-v1": (-1221.0, -130.0, "gymnax README: gymnax-blines PPO/ES checkpoint"),
     "CartPole-v1-masked": (22.05, 475.0, "CartPole-v1's (the same dynamics and rewards, fewer observations)"),
     "MemoryChain-bsuite": (0.004, 1.0, "the optimum: +1 for the right answer (a guess scores 0 on average)"),
+    "benchmarks/studies/memory_chain.py:memory_chain_50": (0.0, 1.0, "the optimum: +1 for the right answer (a guess "
+                                                          "scores 0 on average)"),
+    "benchmarks/studies/memory_chain.py:memory_chain_100": (0.0, 1.0, "the optimum: +1 for the right answer (a guess "
+                                                          "scores 0 on average)"),
     "Asterix-MinAtar": (0.448, None, "best eval IQM in this report"),
     "Breakout-MinAtar": (0.408, None, "best eval IQM in this report"),
     "Freeway-MinAtar": (0.397, None, "best eval IQM in this report"),
