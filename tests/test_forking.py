@@ -148,7 +148,7 @@ def test_a_forks_new_field_sweeps_as_the_config_reads_it(tmp_path):
     _, tiny, _ = CASES["ppo"]
     config = fork.Config(**{**tiny, "num_chunks": 1})
     check_program(fork.ALGORITHM, dataclasses.replace(config, sweep=("kl_coef=0,0.5",)))
-    assert contract.changed_metrics(fork.ALGORITHM, config, {"kl_coef": 0.5}) == ["kl_coef"]
+    assert contract.changed_metrics(fork.ALGORITHM, config, {"kl_coef": [0.5]}) == ["kl_coef"]
 
 
 def test_a_forks_unread_field_cannot_be_swept(tmp_path):

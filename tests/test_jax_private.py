@@ -17,9 +17,9 @@ def test_private_jax_apis_are_where_the_harness_expects_them():
     assert jax_private.coordination_client() is None  # no multi-process run in this test
 
 
-def test_reads_its_input_sees_through_scans_to_what_the_outputs_use():
-    """jit drops inputs no output depends on, through a scan's carry; the lowered program's signature tells."""
-    from scanrl.harness.jax_private import reads_its_input
+def test_inputs_read_sees_through_scans_to_what_the_outputs_use_as_jit_does():
+    """Inputs no output depends on, through a scan's carry: those jit drops from the program it lowers."""
+    from scanrl.harness.jax_private import inputs_read
 
     def carried_but_unused(x):
         (count, ignored), _ = jax.lax.scan(lambda c, _: ((c[0] + 1.0, c[1] * x), None), (0.0, -x), None, 3)
@@ -29,6 +29,13 @@ def test_reads_its_input_sees_through_scans_to_what_the_outputs_use():
         (count, scaled), _ = jax.lax.scan(lambda c, _: ((c[0] + 1.0, c[1] * x), None), (0.0, 1.0), None, 3)
         return count + scaled
 
+    def both(values):
+        return carried_but_unused(values["a"]) + used(values["b"])
+
     scalar = jax.ShapeDtypeStruct((), jnp.float32)
-    assert not reads_its_input(carried_but_unused, scalar)
-    assert reads_its_input(used, scalar)
+    assert inputs_read(carried_but_unused, scalar) == [False]
+    assert inputs_read(used, scalar) == [True]
+    assert inputs_read(both, {"b": scalar, "a": scalar}) == [False, True]  # a dict's leaves: its keys sorted
+    for fn, values in ((carried_but_unused, scalar), (both, {"a": scalar, "b": scalar})):  # what jit keeps
+        signature = jax.jit(fn).lower(values).as_text().split("func.func public @main(")[1].split(")")[0]
+        assert signature.count("%arg") == sum(inputs_read(fn, values))

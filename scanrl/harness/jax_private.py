@@ -3,18 +3,17 @@
 
 - The compilation cache's store: JAX has a public switch for its cache but none for how entries are stored.
 - The coordination service's key-value store of a multi-process run: heartbeats and arrival marks (processes.py).
-- Whether a program's output depends on an input (a swept field, sweeps.py): `jax.jit` drops inputs no output depends
-  on (through scans, loops and branches), and only the lowered program's text shows which it kept.
+- Whether a program's output depends on an input (a swept field, program.py): JAX's dead-code removal, which `jax.jit`
+  runs before it drops the inputs no output depends on, says which those are; no public API does.
 """
-
-import re
 
 import jax
 from jax._src import compilation_cache as _compilation_cache
 from jax._src import distributed as _distributed
 from jax._src.compilation_cache_interface import CacheInterface
+from jax._src.interpreters import partial_eval as _partial_eval
 
-__all__ = ["CacheInterface", "coordination_client", "install_cache_store", "reads_its_input"]
+__all__ = ["CacheInterface", "coordination_client", "inputs_read", "install_cache_store"]
 
 
 def install_cache_store(store: CacheInterface):
@@ -30,10 +29,10 @@ def coordination_client():
     return _distributed.global_state.client
 
 
-def reads_its_input(fn, arg) -> bool:
-    """Whether any output of `fn(arg)` depends on `arg` (a ShapeDtypeStruct): traced and lowered, not compiled."""
-    text = jax.jit(fn).lower(arg).as_text()
-    main = re.search(r"func\.func public @main\((.*?)\)\s*->", text)
-    if main is None:
-        raise RuntimeError("no `func.func public @main(...)` in the lowered program: this jax is not the pinned one")
-    return "%arg0" in main.group(1)
+def inputs_read(fn, *args) -> list[bool]:
+    """For each input of `fn(*args)` (ShapeDtypeStructs; a pytree's leaves in its order), whether any output depends
+    on it: the traced program with its dead code removed, as `jax.jit` removes it before dropping the inputs nothing
+    uses (through scans, loops and branches). Traced, neither lowered nor compiled."""
+    closed = jax.make_jaxpr(fn)(*args)
+    _, used = _partial_eval.dce_jaxpr(closed.jaxpr, [True] * len(closed.jaxpr.outvars))
+    return used

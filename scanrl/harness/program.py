@@ -95,33 +95,44 @@ def learned_finite(runner):
     return jnp.array([jnp.isfinite(x).all() for x in leaves], bool).all()
 
 
-def probe_program(algorithm, parts, name):
-    """`program(value)`: one agent's init, two iterations and evaluation with `value` as its swept `name` -> the
-    iterations' metrics and the trained policy's returns (traced by `check_swept` and the contract)."""
+def probe_program(algorithm, parts):
+    """`program(values)`: one agent's init, two iterations and evaluation with `values` ({field: value}) as its swept
+    fields -> the iterations' metrics and the trained policy's returns (traced by `check_swept` and the contract)."""
     key = jax.random.PRNGKey(0)
 
-    def program(value):
-        agent_config, init, update = parts({name: value})
+    def program(values):
+        agent_config, init, update = parts(values)
         runner, metrics = jax.lax.scan(lambda runner, _: update(runner), init(key), None, 2)
         return metrics, make_evaluate(algorithm, agent_config).returns(key, runner)
 
     return program
 
 
+def fields_read(algorithm, config, parts, names) -> dict:
+    """{field: whether the program reads it} for `names` swept together, from one trace (`probe_program`)."""
+    shapes = {name: jax.ShapeDtypeStruct((), dtype_of(config, name)) for name in names}
+    return dict(zip(sorted(names), jax_private.inputs_read(probe_program(algorithm, parts), shapes), strict=True))
+
+
 def check_swept(algorithm, config, names, parts):
     """ConfigError naming the field, before anything is compiled or written, for a swept field the program cannot
     take one value per agent of (a shape, a loop length, a Python branch), and for one that changes nothing it
-    computes, so every point would train alike (a fork's unused new field, a field of a part switched off)."""
+    computes, so every point would train alike (a fork's unused new field, a field of a part switched off). The
+    fields are traced together, once; each alone only where that fails, to name the one."""
+    try:
+        read = fields_read(algorithm, config, parts, names) if names else {}
+    except Exception:
+        read = {}
+        for name in names:
+            try:
+                read.update(fields_read(algorithm, config, parts, [name]))
+            except Exception as error:
+                cause = (str(error).strip().splitlines() or [""])[0][:160]
+                raise ConfigError(f"--sweep {name}: {algorithm.script} needs one value of {flag(name)} for the whole "
+                                  f"compiled program (it sets a shape, a loop length or a Python branch: "
+                                  f"{type(error).__name__}: {cause}); run one job per value") from None
     for name in names:
-        try:
-            reads = jax_private.reads_its_input(probe_program(algorithm, parts, name),
-                                                jax.ShapeDtypeStruct((), dtype_of(config, name)))
-        except Exception as error:
-            cause = (str(error).strip().splitlines() or [""])[0][:160]
-            raise ConfigError(f"--sweep {name}: {algorithm.script} needs one value of {flag(name)} for the whole "
-                              f"compiled program (it sets a shape, a loop length or a Python branch: "
-                              f"{type(error).__name__}: {cause}); run one job per value") from None
-        if not reads:
+        if not read[name]:
             raise ConfigError(f"--sweep {name}: the value of config.{name} changes nothing {algorithm.script} "
                               "computes with this config (no metric, no trained policy), so every point would train "
                               "alike; read it in the compiled program, or drop it from --sweep")
