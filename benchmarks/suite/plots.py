@@ -38,7 +38,8 @@ def plot_curves(path, algo, results):
             ax.axhline(e.reference.value, color="tab:green", ls="--", lw=1, label=f"reference {e.reference.text}")
         if e.low is not None:
             ax.axhline(e.low, color="gray", ls=":", lw=1, label="random policy")
-        ax.set_title(e.env if envs.count(e.env) == 1 else e.name, fontsize=10)  # two recipes on one env: by entry
+        # by env (a file's env by its name: memory_chain_50), or by entry where two recipes share an env
+        ax.set_title(e.env.rpartition(":")[2] if envs.count(e.env) == 1 else e.name, fontsize=10)
         ax.set_xlabel("env steps per seed")
         ax.xaxis.set_major_locator(MaxNLocator(5))  # a few ticks, named 250k, 1M: no run-together labels
         ax.xaxis.set_major_formatter(EngFormatter(sep=""))
@@ -68,7 +69,8 @@ def plot_profile(path, algo, envs_used, scores):
     ax.set_xlabel("normalised eval return tau (0: random policy, 1: the env's high score)")
     ax.set_ylabel("fraction of runs with score > tau")
     ax.set_ylim(-0.02, 1.02)
-    ax.set_title(textwrap.fill(f"{algo}: performance profile over {', '.join(envs_used)}", 80), fontsize=9)
+    named = ', '.join(env.rpartition(':')[2] for env in envs_used)
+    ax.set_title(textwrap.fill(f"{algo}: performance profile over {named}", 80), fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     with replaced(path, "wb") as f:
