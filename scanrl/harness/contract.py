@@ -211,7 +211,6 @@ def holds(fn, *args, errors=Exception) -> bool:
 def check_fields(module, config):
     """Each numeric field: fixed per program, changing the metrics, or read nowhere with this config (what --sweep
     refuses). One read but changing no metric fails: a sweep of it would train alike and nothing would say so."""
-
     from scanrl.harness.program import agent_parts, fields_read
     from scanrl.harness.sweeps import check_sweep_points, sweepable_fields
 

@@ -95,9 +95,9 @@ def learned_finite(runner):
     return jnp.array([jnp.isfinite(x).all() for x in leaves], bool).all()
 
 
-def probe_program(algorithm, parts):
-    """`program(values)`: one agent's init, two iterations and evaluation with `values` ({field: value}) as its swept
-    fields -> the iterations' metrics and the trained policy's returns (traced by `check_swept` and the contract)."""
+def fields_read(algorithm, config, parts, names) -> dict:
+    """{field: whether the program reads it} for `names` swept together: one agent's init, two iterations and
+    evaluation, traced once with the fields as inputs (`jax_private.inputs_read`)."""
     key = jax.random.PRNGKey(0)
 
     def program(values):
@@ -105,13 +105,8 @@ def probe_program(algorithm, parts):
         runner, metrics = jax.lax.scan(lambda runner, _: update(runner), init(key), None, 2)
         return metrics, make_evaluate(algorithm, agent_config).returns(key, runner)
 
-    return program
-
-
-def fields_read(algorithm, config, parts, names) -> dict:
-    """{field: whether the program reads it} for `names` swept together, from one trace (`probe_program`)."""
     shapes = {name: jax.ShapeDtypeStruct((), dtype_of(config, name)) for name in names}
-    return dict(zip(sorted(names), jax_private.inputs_read(probe_program(algorithm, parts), shapes), strict=True))
+    return dict(zip(sorted(names), jax_private.inputs_read(program, shapes), strict=True))  # a dict's leaves: sorted
 
 
 def check_swept(algorithm, config, names, parts):
