@@ -13,6 +13,10 @@ from cases import exit_code_and_error, read_csv, tiny_config
 from scanrl import harness
 from scanrl.harness.program import piece_length, seed_keys
 
+# The tests compile with XLA:CPU's older emitter (conftest.py), which rounds a scan cut in pieces differently from one
+# scan; a user's run compiles with the fusion emitters, under which the pieces equal the whole: these two tests
+# compile as a run does.
+AS_A_RUN = {"xla_cpu_use_fusion_emitters": True}
 
 # The harness runs a run's pieces at one scan length; this guards what make_train and a fork's own loop rely on,
 # for an on-policy script and an off-policy one with counters in its runner (the contract resumes every script).
@@ -25,10 +29,11 @@ def test_scans_of_update_in_pieces_equal_one_scan(case, tmp_path):
     module, config = tiny_config(case, tmp_path)
     keys = seed_keys(config)
     init, update = module.make_train_parts(config)
-    init = jax.jit(jax.vmap(init))
+    init = jax.jit(jax.vmap(init), compiler_options=AS_A_RUN)
 
     def scan(length):
-        return jax.jit(jax.vmap(lambda runner: jax.lax.scan(lambda r, _: update(r), runner, None, length)))
+        return jax.jit(jax.vmap(lambda runner: jax.lax.scan(lambda r, _: update(r), runner, None, length)),
+                       compiler_options=AS_A_RUN)
 
     assert module.ALGORITHM.num_iterations(config) == 4
     whole_runner, whole = scan(4)(init(keys))
@@ -73,10 +78,10 @@ def test_an_evaluation_in_pieces_plays_the_episodes_of_one_call():
     from scanrl.harness.program import make_evaluate
 
     config = ppo.Config(env="CartPole-v1", eval_episodes=5)
-    runner = jax.jit(ppo.make_train_parts(config)[0])(jax.random.PRNGKey(0))
+    runner = jax.jit(ppo.make_train_parts(config)[0], compiler_options=AS_A_RUN)(jax.random.PRNGKey(0))
     evaluation, key = make_evaluate(ppo.ALGORITHM, config), jax.random.PRNGKey(3)
-    whole = jax.jit(evaluation.returns)(key, runner)
-    carry, steps = evaluation.start(key, runner), jax.jit(evaluation.steps)
+    whole = jax.jit(evaluation.returns, compiler_options=AS_A_RUN)(key, runner)
+    carry, steps = evaluation.start(key, runner), jax.jit(evaluation.steps, compiler_options=AS_A_RUN)
     for until in range(7, evaluation.max_steps + 7, 7):
         carry = steps(key, runner, carry, until)
     assert int(carry.t) < evaluation.max_steps and bool(carry.finished.all())  # it ended early, as one call does

@@ -190,8 +190,10 @@ def changed_metrics(algorithm, config, values):
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         job = plan(algorithm, config, points)  # its notes (devices) are not the contract's
     scalar = jax.ShapeDtypeStruct((), np.int32)
-    # XLA's lowest backend optimisation: about a sixth less compile time; the points are compared within this program
-    compiled = job.segment.lower(job.abstract_runner, scalar, job.swept).compile({"xla_backend_optimization_level": 0})
+    # XLA's lowest backend optimisation and XLA:CPU's older emitter: compiled in about a third of the time (the points
+    # are compared within this program, whose rounding need not be a run's)
+    compiled = job.segment.lower(job.abstract_runner, scalar, job.swept).compile(
+        {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False})
     _, metrics, _ = run_pieces(compiled, job, job.fresh_agents(), 0, job.num_iterations, None)
     keys = [k for k in metrics if k not in ("env_steps", "nonfinite")]
     changed = {owners[i - 1] for i in range(1, len(points))
