@@ -213,27 +213,22 @@ def holds(fn, *args, errors=Exception) -> bool:
 def check_fields(module, config):
     """Each numeric field: fixed per program, changing the metrics, or read nowhere with this config (what --sweep
     refuses). One read but changing no metric fails: a sweep of it would train alike and nothing would say so."""
-    from scanrl.harness.program import agent_parts, fields_read
+    from scanrl.harness.program import agent_parts, fields_read_each
     from scanrl.harness.sweeps import check_sweep_points, sweepable_fields
 
     algorithm, swept = module.ALGORITHM, dataclasses.replace(config, sweep=("contract",))
-    parts = agent_parts(algorithm, config)
     fixed, unread, left = [], [], {}
     for name in sweepable_fields(config):
-        others = other_values(getattr(config, name), lambda v, name=name: holds(
-            check_sweep_points, algorithm, swept, [{name: v}], errors=ConfigError))
-        if not others:
+        left[name] = other_values(getattr(config, name), lambda v, name=name: holds(
+            check_sweep_points, algorithm, swept, [{name: v}], errors=ConfigError))[:2]
+        if not left[name]:
             fixed.append(f"{name} (no other value accepted)")
-            continue
-        try:  # what --sweep checks: one value per agent (else fixed per program), read by the program (else unread)
-            reads = fields_read(algorithm, config, parts, [name])[name]
-        except Exception:
-            fixed.append(name)
-            continue
-        if reads:
-            left[name] = others[:2]
-        else:
-            unread.append(name)
+            del left[name]
+    # what --sweep checks: one value per agent (else fixed per program), read by the program (else unread)
+    for name, reads in fields_read_each(algorithm, config, agent_parts(algorithm, config), list(left)).items():
+        if isinstance(reads, Exception) or not reads:
+            (fixed if isinstance(reads, Exception) else unread).append(name)
+            del left[name]
     changed = []
     # A tiny run may not show a value's effect: two other values of each field, then for the fields that showed none a
     # run 16 times as long (a tabular learner that has not yet reached its goal has learned nothing a learning rate

@@ -109,23 +109,30 @@ def fields_read(algorithm, config, parts, names) -> dict:
     return dict(zip(sorted(names), jax_private.inputs_read(program, shapes), strict=True))  # a dict's leaves: sorted
 
 
+def fields_read_each(algorithm, config, parts, names) -> dict:
+    """{field: whether the program reads it, or the error tracing it alone raised (it sets a shape, a loop length or a
+    Python branch)}: `names` traced together, once; where that fails, each half apart, down to the fields that fail."""
+    try:
+        return fields_read(algorithm, config, parts, names) if names else {}
+    except Exception as error:
+        if len(names) == 1:
+            return {names[0]: error}
+        half = len(names) // 2
+        return {**fields_read_each(algorithm, config, parts, names[:half]),
+                **fields_read_each(algorithm, config, parts, names[half:])}
+
+
 def check_swept(algorithm, config, names, parts):
     """ConfigError naming the field, before anything is compiled or written, for a swept field the program cannot
     take one value per agent of (a shape, a loop length, a Python branch), and for one that changes nothing it
-    computes, so every point would train alike (a fork's unused new field, a field of a part switched off). The
-    fields are traced together, once; each alone only where that fails, to name the one."""
-    try:
-        read = fields_read(algorithm, config, parts, names) if names else {}
-    except Exception:
-        read = {}
-        for name in names:
-            try:
-                read.update(fields_read(algorithm, config, parts, [name]))
-            except Exception as error:
-                cause = (str(error).strip().splitlines() or [""])[0][:160]
-                raise ConfigError(f"--sweep {name}: {algorithm.script} needs one value of {flag(name)} for the whole "
-                                  f"compiled program (it sets a shape, a loop length or a Python branch: "
-                                  f"{type(error).__name__}: {cause}); run one job per value") from None
+    computes, so every point would train alike (a fork's unused new field, a field of a part switched off)."""
+    read = fields_read_each(algorithm, config, parts, list(names))
+    for name in names:
+        if isinstance(error := read[name], Exception):
+            cause = (str(error).strip().splitlines() or [""])[0][:160]
+            raise ConfigError(f"--sweep {name}: {algorithm.script} needs one value of {flag(name)} for the whole "
+                              f"compiled program (it sets a shape, a loop length or a Python branch: "
+                              f"{type(error).__name__}: {cause}); run one job per value")
     for name in names:
         if not read[name]:
             raise ConfigError(f"--sweep {name}: the value of config.{name} changes nothing {algorithm.script} "
