@@ -173,7 +173,7 @@ def test_cli_dqn_options_run(run_script, tmp_path):
 @pytest.mark.slow
 def test_30_tabular_agents_find_the_18_step_path_on_gridworld(run_script, tmp_path):
     result = run_script("dqn_tabular_q.py", "--env", "GridWorld-v0", "--num-seeds", "30",
-                        "--total-timesteps", "1000000", timeout=600)
+                        "--total-timesteps", "1000000", timeout=600, optimized=True)  # 30 x 1M: compiled to run
     assert result.returncode == 0, result.stderr
     _, summary = read_run(tmp_path / "runs")
     assert summary["greedy_path_length"] == [18] * 30
