@@ -13,7 +13,7 @@ from pathlib import Path
 # programs compile at XLA's lowest backend optimisation level with XLA:CPU's older emitter
 # (`--xla_cpu_use_fusion_emitters=false`), in-process and in the scripts they run (which inherit XLA_FLAGS): ppo.py's
 # tiny program compiles in about 3 s instead of 7-8 with the newer emitter (2 cores, 2026-11-27), and a test's tiny
-# runs are over before faster code would pay. At 30 seeds the older emitter's code trains 1.7x slower: the learning
+# runs are over before faster code would pay. At 30 seeds the older emitter's code trains 1.5-1.8x slower: the learning
 # tests, which run long enough for it to pay, compile as a user's run does (`run_script(..., optimized=True)`).
 OPTIMIZED_FLAGS = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
 TEST_FLAGS = f"{OPTIMIZED_FLAGS} --xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"

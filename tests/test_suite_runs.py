@@ -26,9 +26,9 @@ RUNS = [("MiniGrid-Empty-5x5", "ppo_rnn.py"), ("MiniGrid-Empty-5x5", "dqn_tabula
         ("playground/CartpoleBalance", "ppo.py"), ("Craftax-Classic-Symbolic-v1", "ppo.py")]
 
 
-# Compiling a suite's step dominates its run, at the tests' compile settings (conftest.py) too: Craftax's compiles in
-# 27 s instead of 45 s at them; Playground's whole ppo.py run took 76 s at them against 118 s as a user's run compiles
-# (its evaluation's 1,000-step episodes run in slower code, but not 40 s slower).
+# Compiling a suite's step dominates its run, at the tests' compile settings (conftest.py) too: Craftax's compiled in
+# 27 s at level 0 against 45 s at the default; Playground's whole ppo.py run took 76 s at the tests' settings against
+# 118 s as a user's run compiles (its evaluation's 1,000-step episodes run in slower code, but not 40 s slower).
 
 
 @pytest.mark.slow

@@ -226,9 +226,13 @@ def check_fields(module, config):
             del left[name]
     # what --sweep checks: one value per agent (else fixed per program), read by the program (else unread)
     for name, reads in fields_read_each(algorithm, config, agent_parts(algorithm, config), list(left)).items():
-        if isinstance(reads, Exception) or not reads:
-            (fixed if isinstance(reads, Exception) else unread).append(name)
-            del left[name]
+        if isinstance(reads, Exception):
+            fixed.append(name)
+        elif not reads:
+            unread.append(name)
+        else:
+            continue
+        del left[name]
     changed = []
     # A tiny run may not show a value's effect: two other values of each field, then for the fields that showed none a
     # run 16 times as long (a tabular learner that has not yet reached its goal has learned nothing a learning rate
