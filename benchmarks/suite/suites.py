@@ -189,7 +189,9 @@ SUITES["minatar"] = (
 # the masked CartPole beside them to show what memory buys (in no other suite: a task it cannot solve by design would
 # weigh in ppo's aggregate score there).
 # And the memories side by side (issue 51): ppo_rnn.py's three cells and ppo_trxl.py (its window longer than an episode)
-# on MemoryChain at memory lengths 50 and 100, at one budget: 100k env steps per seed, ppo_rnn's MemoryChain budget.
+# on MemoryChain at memory lengths 50 and 100, at one budget: 100k env steps per seed, ppo_rnn's MemoryChain budget;
+# and the other cells on the masked CartPole at the GRU's budget there (500k), ppo_trxl.py with a window of 8 steps
+# (its learning test's: enough to tell velocities).
 CHAIN = "benchmarks/studies/memory_chain.py:memory_chain_{}"
 MEMORIES = {"ppo_rnn": ("ppo_rnn.py", ("--cell", "gru")), "ppo_rnn_lstm": ("ppo_rnn.py", ("--cell", "lstm")),
             "ppo_rnn_lru": ("ppo_rnn.py", ("--cell", "lru")), "ppo_trxl": ("ppo_trxl.py", ("--memory-length", "{}"))}
@@ -199,6 +201,9 @@ SUITES["memory"] = (
     *(entry(f"{algo}-MemoryChain-{length}", algo, script, CHAIN.format(length), 100_000, 10,
             tuple(flag.format(length + 8) for flag in flags), MEMORY_CHAIN_OPTIMUM)
       for length in (50, 100) for algo, (script, flags) in MEMORIES.items()),
+    *(entry(f"{algo}-CartPole-v1-masked", algo, script, "CartPole-v1-masked", 500_000, 10,
+            tuple(flag.format(8) for flag in flags), MASKED_NONE)
+      for algo, (script, flags) in MEMORIES.items() if algo != "ppo_rnn"),
 )
 # Off-policy at the scale of parallel envs (issue 41): sac.py and td3.py in the 2018 recipe (their defaults: 8 envs,
 # batch 256, an update per transition) and the parallel one (16 envs, batch 1024, an update per 8 transitions: half
