@@ -40,7 +40,7 @@ def test_wandb_without_its_server_waits_once_and_briefly(run_script, tmp_path):
     assert result.stderr.count("warning: wandb could not start") == 1, result.stderr[-3000:]
     _, summary = read_run(tmp_path / "runs")
     # Beside compiling and training (which slow down on a busy machine): wandb's 10 s, imports and the summaries.
-    # wandb's own default would wait 90 s, and 90 s again for the second point.
+    # With its own default, wandb would wait 90 s.
     waited = elapsed - summary["compile_s"] - summary["train_s"]
     assert waited < 60, (elapsed, summary["compile_s"], summary["train_s"])
 
