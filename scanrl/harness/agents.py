@@ -61,21 +61,19 @@ def local_agents(sharding, num_agents) -> list[int]:
             for i in range(num_agents)[index[0]]]
 
 
-def collective(what):
+def collective(what, guard="peers_within_timeout"):
     """Around this process's part of a collective (`what`: where in the run): a multi-process run's watchdog
-    (`harness.processes.peers_within_timeout`); nothing on one process, which never imports it."""
+    (`harness.processes.peers_within_timeout`, or another of its guards); nothing on one process, which never
+    imports it."""
     if jax.process_count() == 1:
         return contextlib.nullcontext()
     from scanrl.harness import processes
-    return processes.peers_within_timeout(what)
+    return getattr(processes, guard)(what)
 
 
 def exit_on_lost_peers(what="the end of a chunk"):
     """A multi-process run's guard that turns a lost peer into one line (`harness.processes`); nothing on one."""
-    if jax.process_count() == 1:
-        return contextlib.nullcontext()
-    from scanrl.harness import processes
-    return processes.exit_on_lost_peers(what)
+    return collective(what, "exit_on_lost_peers")
 
 
 def gather(tree, what="the end of a chunk"):

@@ -12,44 +12,12 @@ WANDB_TIMEOUT_S = 10
 
 
 def safe_wandb(fn, *args, **kwargs):
-    """Calls a wandb function; a failure becomes a one-line warning, never a stopped run."""
+    """Calls a wandb function; a failure becomes a one-line warning, never a stopped run. -> its value, or None."""
     try:
         return fn(*args, **kwargs)
     except Exception as error:  # noqa: BLE001 - wandb may raise anything; training must go on
         print(f"warning: wandb: {type(error).__name__}: {error}", file=sys.stderr)
         return None
-
-
-def start_wandb(config, name, run_dir, group, values):
-    """A wandb run, its config holding the sweep point's values; None if wandb cannot start."""
-    try:
-        import wandb
-
-        settings = wandb.Settings(init_timeout=WANDB_TIMEOUT_S, login_timeout=WANDB_TIMEOUT_S,
-                                  finish_timeout=WANDB_TIMEOUT_S)
-        return wandb.init(project=config.wandb_project, entity=config.wandb_entity, group=group, name=name,
-                          config={**dataclasses.asdict(config), **values}, dir=run_dir, reinit="create_new",
-                          settings=settings)
-    except Exception as error:  # noqa: BLE001
-        print(f"warning: wandb could not start ({type(error).__name__}: {error}); "
-              "training goes on with local files only", file=sys.stderr)
-        return None
-
-
-def finish_wandb(wandb_run, summary=None, image_paths=(), exit_code=0, step=None):
-    """Logs the images (at `step`, the run's last env step, where its last metrics are) and the summary, then ends
-    the run."""
-    def _finish():
-        import wandb
-
-        if image_paths:
-            wandb_run.log({os.path.splitext(os.path.basename(p))[0]: wandb.Image(p) for p in image_paths}, step=step)
-        if summary:
-            wandb_run.summary.update(summary)
-        wandb_run.finish(exit_code=exit_code)
-
-    if wandb_run is not None:
-        safe_wandb(_finish)
 
 
 class Tracking:
@@ -65,8 +33,20 @@ class Tracking:
             if self.runs and self.runs[-1] is None:
                 self.runs.append(None)
                 continue
-            self.runs.append(start_wandb(config, f"{run_name}/{label}" if sweep else run_name, run_path,
-                                         (config.wandb_group or run_name) if sweep else config.wandb_group, values))
+            try:
+                import wandb
+
+                timeouts = dict(init_timeout=WANDB_TIMEOUT_S, login_timeout=WANDB_TIMEOUT_S,
+                                finish_timeout=WANDB_TIMEOUT_S)
+                self.runs.append(wandb.init(
+                    project=config.wandb_project, entity=config.wandb_entity, dir=run_path, reinit="create_new",
+                    name=f"{run_name}/{label}" if sweep else run_name, settings=wandb.Settings(**timeouts),
+                    group=(config.wandb_group or run_name) if sweep else config.wandb_group,
+                    config={**dataclasses.asdict(config), **values}))
+            except Exception as error:  # noqa: BLE001
+                print(f"warning: wandb could not start ({type(error).__name__}: {error}); training goes on with "
+                      "local files only", file=sys.stderr)
+                self.runs.append(None)
 
     def tracked(self) -> list[int]:
         """The sweep points with a wandb run."""
@@ -76,9 +56,19 @@ class Tracking:
         safe_wandb(self.runs[p].log, metrics, step=step)
 
     def finish(self, summaries=None, images=None, exit_code=0):
-        """Ends every point's run: with its summary and images (logged at its last env step) after a finished run."""
-        for p, run in enumerate(self.runs):
-            summary = summaries and summaries[p]
-            finish_wandb(run, summary, images[p] if images else (), exit_code,
-                         step=summary.get("env_steps") if summary else None)
+        """Ends every point's run: with its summary and images (logged at its last env step, where its last metrics
+        are) after a finished run."""
+        if not self.tracked():
+            return
+        import wandb
 
+        def finish(run, summary, paths):
+            if paths:
+                run.log({os.path.splitext(os.path.basename(p))[0]: wandb.Image(p) for p in paths},
+                        step=summary.get("env_steps") if summary else None)
+            if summary:
+                run.summary.update(summary)
+            run.finish(exit_code=exit_code)
+
+        for p in self.tracked():
+            safe_wandb(finish, self.runs[p], summaries and summaries[p], images[p] if images else ())
