@@ -159,9 +159,10 @@ def run_evaluation(evaluation, job, runner, stop=None, stopped=None, what="the f
         stop.doing = f"stopping {what}"
     keys = to_agents(evaluation_keys(job.keys), job.sharding)
     runner = on_agents(runner, job.sharding)
-    carry, shown = start(keys, runner, job.swept), time.perf_counter()
+    # on_agents: a MuJoCo env state's zero-size leaves come back replicated, and the next piece would refuse them
+    carry, shown = on_agents(start(keys, runner, job.swept), job.sharding), time.perf_counter()
     for until in range(EVAL_PIECE, job.eval_steps + EVAL_PIECE, EVAL_PIECE):
-        carry = steps(keys, runner, job.swept, carry, np.int32(min(until, job.eval_steps)))
+        carry = on_agents(steps(keys, runner, job.swept, carry, np.int32(min(until, job.eval_steps))), job.sharding)
         wait_ready(carry.finished, stop, stopped)
         local = [np.asarray(shard.data) for shard in carry.finished.addressable_shards]
         finished, episodes = sum(int(x.sum()) for x in local), sum(x.size for x in local)
