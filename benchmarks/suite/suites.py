@@ -90,6 +90,10 @@ PPO_CRAFTAX_1M = ("--num-envs", "256", "--num-steps", "16", "--num-minibatches",
                   "--learning-rate", "2e-4", "--gae-lambda", "0.8", "--max-grad-norm", "1.0", "--hidden-size", "256")
 # The full suite's entries run 10 seeds but for these: (seeds, why).
 FEWER_SEEDS = {"ppo-Craftax-Classic-Symbolic-v1": (4, "4 seeds x 1M steps took 31 min of training on our 2-core CPU")}
+# The Craftax-1M scoreboard (Craftax README): the mean return as a % of full Craftax's maximum reward, 226.
+CRAFTAX_1M_PPO = Reference(0.022 * 226, "2.2% of 226 (4.97)", "Craftax README scoreboard, 1M steps: PPO")
+CRAFTAX_1M_PPO_RNN = Reference(0.023 * 226, "2.3% of 226 (5.20)", "Craftax README scoreboard, 1M steps: PPO-RNN")
+CRAFTAX_1M_TRXL = Reference(None, "none found", "Craftax README scoreboard: PPO-GTrXL at 1B steps only (18.3%)")
 CRAFTAX_NONE = Reference(None, "none found", "Craftax publishes PPO at 1M for full Craftax only (2.2% of its 226); "
                          "Crafter's PPO (pixels, stable-baselines3) scores 4.2 ± 1.2 at 1M (Crafter README)")
 
@@ -207,6 +211,16 @@ SUITES["memory"] = (
     *(entry(f"{algo}-CartPole-v1-masked", algo, script, "CartPole-v1-masked", 500_000, 10,
             tuple(flag.format(8) for flag in flags), MASKED_NONE)
       for algo, (script, flags) in MEMORIES.items() if algo != "ppo_rnn"),
+    # Craftax (full, symbolic) at the Craftax-1M scoreboard's budget, 10 seeds, on a GPU only (the Classic entry's
+    # 4 seeds took 25 min of this CPU; full Craftax costs more a step): ppo.py without memory, the GRU and the GTrXL,
+    # each with the Craftax-Classic entry's Craftax_Baselines flags; the GRU as wide as the layers, the GTrXL's window
+    # two rollouts long (32 steps).
+    *(entry(f"{algo}-Craftax-Symbolic-v1", algo, script, "Craftax-Symbolic-v1", 1_000_000, 10,
+            (*PPO_CRAFTAX_1M, *flags), reference, gpu_only=True)
+      for algo, script, flags, reference in (
+          ("ppo", "ppo.py", (), CRAFTAX_1M_PPO), ("ppo_rnn", "ppo_rnn.py", ("--cell", "gru", "--gru-size", "256"),
+                                                 CRAFTAX_1M_PPO_RNN),
+          ("ppo_trxl", "ppo_trxl.py", ("--memory-length", "32"), CRAFTAX_1M_TRXL))),
 )
 # Off-policy at the scale of parallel envs (issue 41): sac.py and td3.py in the 2018 recipe (their defaults: 8 envs,
 # batch 256, an update per transition) and the parallel one (16 envs, batch 1024, an update per 8 transitions: half
