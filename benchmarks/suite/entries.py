@@ -63,7 +63,8 @@ class SuiteError(Exception):
 # Normalisation per env: (low, high, where high comes from). low: a uniformly random policy's mean return over 1,000
 # episodes, measured with `python benchmarks/learning.py --suite full --random-scores` (seed 0, 2026-11-24; Brax
 # HalfCheetah over 100 episodes, `--random-episodes 100`; Craftax-Classic over 200, `--only
-# ppo-Craftax-Classic-Symbolic-v1 --random-episodes 200`, 1.58 ± 1.38; Seaquest with `--suite minatar`).
+# ppo-Craftax-Classic-Symbolic-v1 --random-episodes 200`, 1.58 ± 1.38; full Craftax likewise with `--suite memory
+# --only ppo-Craftax-Symbolic-v1`, 1.2 ± 1.15, 2026-11-27; Seaquest with `--suite minatar`).
 # high: gymnasium's reward_threshold ("solved") where the env has one, else the published return we compare with;
 # None where there is neither: the report then takes the best eval IQM on that env among its entries, and says so.
 SCORE_RANGES = {
@@ -86,6 +87,8 @@ SCORE_RANGES = {
     "MiniGrid-Empty-8x8": (0.111, 0.961, "the optimum: 11 steps to the goal, 1 - 0.9 * 11 / 256"),
     "Craftax-Classic-Symbolic-v1": (1.58, 22.0, "its most: 22 achievements, +1 each the first time (the health "
                                     "rewards add up to at most 0)"),
+    "Craftax-Symbolic-v1": (1.2, 226.0, "its most, the Craftax scoreboard's 100%: 226 (each achievement's reward "
+                            "by its difficulty, the first time)"),
     "playground/CartpoleBalance": (358.0, 1000.0, "the most an episode can earn: 1,000 steps of reward 1 at most"),
     "playground/CartpoleSwingup": (27.0, 1000.0, "the most an episode can earn: 1,000 steps of reward 1 at most"),
     "GridWorld-v0": (0.226, 1.0, "the optimum: reward 1 at the goal (scanrl/envs/gridworld.py)"),

@@ -46,6 +46,9 @@ def normalize(scores, low, high):
     return (scores - low) / (high - low)
 
 
+RANDOM_PIECE = 1_000  # env steps between two looks at whether every random episode has ended
+
+
 def random_policy_returns(env_id, episodes, seed=0) -> np.ndarray:
     """The return of the first episode of `episodes` envs under uniformly random actions (gymnax's action-space
     sampling), through the scripts' env stack (`envs.make_vec`), as summary.json's eval_return is played."""
@@ -57,24 +60,28 @@ def random_policy_returns(env_id, episodes, seed=0) -> np.ndarray:
     env, params = envs.make_vec(env_id, episodes)
     space = env.action_space(params)
 
+    def step(carry, key):
+        state, finished, returns = carry
+        key_act, key_step = jax.random.split(key)
+        action = jax.vmap(space.sample)(jax.random.split(key_act, episodes))
+        _, state, _, _, _, info = env.step(key_step, state, action, params)
+        first_end = info["episode_done"] & ~finished
+        return (state, finished | info["episode_done"], jnp.where(first_end, info["episode_return"], returns)), None
+
     @jax.jit
-    def play(key):
-        key_reset, key = jax.random.split(key)
-        _, state = env.reset(key_reset, params)
+    def play(carry, keys):
+        return jax.lax.scan(step, carry, keys)[0]
 
-        def step(carry, key):
-            state, finished, returns = carry
-            key_act, key_step = jax.random.split(key)
-            action = jax.vmap(space.sample)(jax.random.split(key_act, episodes))
-            _, state, _, _, _, info = env.step(key_step, state, action, params)
-            first_end = info["episode_done"] & ~finished
-            return (state, finished | info["episode_done"], jnp.where(first_end, info["episode_return"], returns)), None
-
-        carry = (state, jnp.zeros(episodes, bool), jnp.full(episodes, jnp.nan, jnp.float32))
-        (_, _, returns), _ = jax.lax.scan(step, carry, jax.random.split(key, params.max_steps_in_episode))
-        return returns
-
-    return np.asarray(play(jax.random.PRNGKey(seed)))
+    # Up to the episode's step limit, in pieces, stopping once every episode has ended (full Craftax's limit is
+    # 100,000 steps; its random episodes end within a few hundred).
+    key_reset, key = jax.random.split(jax.random.PRNGKey(seed))
+    carry = (env.reset(key_reset, params)[1], jnp.zeros(episodes, bool), jnp.full(episodes, jnp.nan, jnp.float32))
+    keys = jax.random.split(key, params.max_steps_in_episode)
+    for start in range(0, len(keys), RANDOM_PIECE):
+        carry = play(carry, keys[start:start + RANDOM_PIECE])
+        if bool(carry[1].all()):
+            break
+    return np.asarray(carry[2])
 
 
 def print_random_scores(entries, episodes):
