@@ -41,6 +41,8 @@ from typing import Literal
 import tyro
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+from benchmarks.suite.runner import _ask, machine, provenance, shown_command  # noqa: E402  (the suite's provenance)
 
 # Run in a fresh process: PureJaxRL's ppo.py or ppo_rnn.py loaded through the adapter above, timed, one JSON line.
 PUREJAXRL_RUNNER = r'''
@@ -160,9 +162,6 @@ def run_purejaxrl(args, seeds):
 
 def write_records(args, rows, results):
     """One JSON file per row: its figures, each round's, and where they come from (the learning suite's fields)."""
-    sys.path.insert(0, ROOT)
-    from benchmarks.suite.runner import _ask, machine, provenance
-
     os.makedirs(args.records, exist_ok=True)
     where = {"machine": machine(), **provenance([sys.executable, *sys.argv]), "date": time.strftime("%Y-%m-%d")}
     if args.purejaxrl:
@@ -178,13 +177,6 @@ def write_records(args, rows, results):
             json.dump({**row, "env": args.env, "total_timesteps": args.total_timesteps, "program_command": program,
                        "rounds": results[name, seeds], **where}, f, indent=1)
         print(f"wrote {path}")
-
-
-def shown_command(cmd):
-    sys.path.insert(0, ROOT)
-    from benchmarks.suite.runner import shown_command as shown
-
-    return shown(cmd)
 
 
 def main(args: Args):

@@ -73,7 +73,7 @@ def random_policy_returns(env_id, episodes, seed=0) -> np.ndarray:
         return jax.lax.scan(step, carry, keys)[0]
 
     # Up to the episode's step limit, in pieces, stopping once every episode has ended (full Craftax's limit is
-    # 100,000 steps; its random episodes end within a few hundred).
+    # 100,000 steps; its random episodes end long before).
     key_reset, key = jax.random.split(jax.random.PRNGKey(seed))
     carry = (env.reset(key_reset, params)[1], jnp.zeros(episodes, bool), jnp.full(episodes, jnp.nan, jnp.float32))
     keys = jax.random.split(key, params.max_steps_in_episode)
