@@ -64,7 +64,8 @@ class SuiteError(Exception):
 # episodes, measured with `python benchmarks/learning.py --suite full --random-scores` (seed 0, 2026-11-24; Brax
 # HalfCheetah over 100 episodes, `--random-episodes 100`; Craftax-Classic over 200, `--only
 # ppo-Craftax-Classic-Symbolic-v1 --random-episodes 200`, 1.58 ± 1.38; full Craftax likewise with `--suite memory
-# --only ppo-Craftax-Symbolic-v1`, 1.2 ± 1.15, 2026-11-27; Seaquest with `--suite minatar`).
+# --only ppo-Craftax-Symbolic-v1`, 1.2 ± 1.15, 2026-11-27; Seaquest with `--suite minatar`; the masked Pendulum,
+# -1221 as Pendulum's, and MiniGrid-MemoryS8 with `--suite memory`, 2026-11-28).
 # high: gymnasium's reward_threshold ("solved") where the env has one, else the published return we compare with;
 # None where there is neither: the report then takes the best eval IQM on that env among its entries, and says so.
 SCORE_RANGES = {
@@ -74,6 +75,7 @@ SCORE_RANGES = {
     "MountainCarContinuous-v0": (-33.18, 90.0, "gymnasium reward_threshold"),
     "Pendulum-v1": (-1221.0, -130.0, "gymnax README: gymnax-blines PPO/ES checkpoint"),
     "CartPole-v1-masked": (22.05, 475.0, "CartPole-v1's (the same dynamics and rewards, fewer observations)"),
+    "Pendulum-v1-masked": (-1221.0, -130.0, "Pendulum-v1's (the same dynamics and rewards, fewer observations)"),
     "MemoryChain-bsuite": (0.004, 1.0, "the optimum: +1 for the right answer (a guess scores 0 on average)"),
     "benchmarks/studies/memory_chain.py:memory_chain_50": (0.0, 1.0, "the optimum: +1 for the right answer (a guess "
                                                           "scores 0 on average)"),
@@ -84,6 +86,7 @@ SCORE_RANGES = {
     "Freeway-MinAtar": (0.397, None, "best eval IQM in this report"),
     "SpaceInvaders-MinAtar": (4.074, None, "best eval IQM in this report"),
     "Seaquest-MinAtar": (0.104, None, "best eval IQM in this report"),
+    "MiniGrid-MemoryS8": (0.196, 1.0, "the reward's bound (1 - 0.9 * steps / 320 for the right object)"),
     "MiniGrid-Empty-8x8": (0.111, 0.961, "the optimum: 11 steps to the goal, 1 - 0.9 * 11 / 256"),
     "Craftax-Classic-Symbolic-v1": (1.58, 22.0, "its most: 22 achievements, +1 each the first time (the health "
                                     "rewards add up to at most 0)"),

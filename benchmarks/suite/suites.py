@@ -13,6 +13,10 @@ def cleanrl(value, text, script, steps="500k steps"):
 # ppo.py on Pendulum: tests/test_ppo.py's flags (learns to about -200 in 300k steps here).
 PPO_PENDULUM = ("--num-envs", "16", "--num-steps", "128", "--num-minibatches", "32", "--update-epochs", "10",
                 "--learning-rate", "1e-3", "--ent-coef", "0")
+# The memories' (ppo_rnn.py, ppo_trxl.py) on the masked Pendulum: the same rollouts and epochs in 4 minibatches of 4
+# whole env sequences (a recurrent minibatch is whole sequences: 32 do not divide 16 envs).
+PPO_PENDULUM_MEMORY = ("--num-envs", "16", "--num-steps", "128", "--num-minibatches", "4", "--update-epochs", "10",
+                       "--learning-rate", "1e-3", "--ent-coef", "0")
 
 
 # ppo.py on MountainCarContinuous: gymnax-blines' PPO config (agents/MountainCarContinuous-v0/ppo.yaml), on ppo.py's
@@ -68,6 +72,8 @@ MEMORY_CHAIN_OPTIMUM = Reference(1.0, "none found (optimum 1.0)", "gymnax Memory
 MASKED_NONE = Reference(None, "none found", "POPGym's StatelessCartPole (Morad et al. 2023) has other episode "
                         "lengths and a normalised score: no published return for a 500-step CartPole without "
                         "velocities")
+MASKED_PENDULUM_NONE = Reference(None, "none found", "POPGym's StatelessPendulum (Morad et al. 2023) reports a "
+                                 "normalised score: no published return for Pendulum-v1 without its angular velocity")
 MINATAR_NONE = Reference(None, "none found", "MinAtar and PQN papers: curves only")
 # gymnax-blines evaluates its PPO checkpoints' sampled policies (utils/ppo.py: pi.sample), over num_test_rollouts = 164
 # episodes (agents/<game>/ppo.yaml): the entries compared with them are evaluated so too (Entry.sampled_episodes).
@@ -80,6 +86,8 @@ MINATAR_GAMES = ("Breakout", "SpaceInvaders", "Asterix", "Freeway", "Seaquest")
 # The optional suites (issue 26).
 MINIGRID_OPTIMUM = Reference(None, "none found", "XLand-MiniGrid publishes no single-task PPO returns; the optimum on "
                              "Empty-8x8 is 0.961 (11 steps: 1 - 0.9 * 11 / 256)")
+MINIGRID_MEMORY_NONE = Reference(None, "none found", "XLand-MiniGrid publishes no single-task returns; the reward is "
+                                 "below 1 (1 - 0.9 * steps / 320 for the right object), a guess earns about half")
 PLAYGROUND_NONE = Reference(None, "none found", "MuJoCo Playground reports PPO at 60M steps (2,048 envs), as curves")
 # ppo.py on Playground's CartpoleBalance: Pendulum's flags with Playground's discount (dm_control_suite_params.py).
 PPO_PLAYGROUND = (*PPO_PENDULUM, "--gamma", "0.995")
@@ -211,6 +219,22 @@ SUITES["memory"] = (
     *(entry(f"{algo}-CartPole-v1-masked", algo, script, "CartPole-v1-masked", 500_000, 10,
             tuple(flag.format(8) for flag in flags), MASKED_NONE)
       for algo, (script, flags) in MEMORIES.items() if algo != "ppo_rnn"),
+    # The masked Pendulum (continuous actions) at the masked CartPole's 500k: ppo.py without memory on its Pendulum
+    # flags, each memory on PPO_PENDULUM_MEMORY; ppo_trxl.py with the masked CartPole's window.
+    entry("ppo-Pendulum-v1-masked", "ppo", "ppo.py", "Pendulum-v1-masked", 500_000, 10, PPO_PENDULUM,
+          MASKED_PENDULUM_NONE),
+    *(entry(f"{algo}-Pendulum-v1-masked", algo, script, "Pendulum-v1-masked", 500_000, 10,
+            (*PPO_PENDULUM_MEMORY, *(flag.format(8) for flag in flags)), MASKED_PENDULUM_NONE)
+      for algo, (script, flags) in MEMORIES.items()),
+    # XLand-MiniGrid's Memory task (MemoryS8, 8 wide): an object to remember in the first room, a corridor, its twin
+    # and another at the corridor's end; the right one ends the episode with 1 - 0.9 * steps / 320, the wrong one with
+    # 0, and a 3 x 3 view hides the first object by then. 1M (the GRU's probe learnt it there), 16 envs (the
+    # MiniGrid entry's); ppo.py without memory beside the memories, ppo_trxl.py with a 16-step window.
+    entry("ppo-MiniGrid-MemoryS8", "ppo", "ppo.py", "MiniGrid-MemoryS8", 1_000_000, 10, ("--num-envs", "16"),
+          MINIGRID_MEMORY_NONE),
+    *(entry(f"{algo}-MiniGrid-MemoryS8", algo, script, "MiniGrid-MemoryS8", 1_000_000, 10,
+            ("--num-envs", "16", *(flag.format(16) for flag in flags)), MINIGRID_MEMORY_NONE)
+      for algo, (script, flags) in MEMORIES.items()),
     # Craftax (full, symbolic) at the Craftax-1M scoreboard's budget, 10 seeds, on a GPU only (the Classic entry's
     # 4 seeds took 25 min of this CPU; full Craftax costs more a step): ppo.py without memory, the GRU and the GTrXL,
     # each with the Craftax-Classic entry's Craftax_Baselines flags; the GRU as wide as the layers, the GTrXL's window
