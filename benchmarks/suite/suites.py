@@ -210,31 +210,34 @@ SUITES["minatar"] = (
 CHAIN = "benchmarks/studies/memory_chain.py:memory_chain_{}"
 MEMORIES = {"ppo_rnn": ("ppo_rnn.py", ("--cell", "gru")), "ppo_rnn_lstm": ("ppo_rnn.py", ("--cell", "lstm")),
             "ppo_rnn_lru": ("ppo_rnn.py", ("--cell", "lru")), "ppo_trxl": ("ppo_trxl.py", ("--memory-length", "{}"))}
+
+
+def memories_on(task, env, steps, reference, window, flags=(), skip=()):
+    """An entry `<memory>-<task>` for each memory but those in `skip`, 10 seeds, with `flags` and ppo_trxl.py's window
+    `window` steps long."""
+    return tuple(entry(f"{algo}-{task}", algo, script, env, steps, 10,
+                       (*flags, *(flag.format(window) for flag in own)), reference)
+                 for algo, (script, own) in MEMORIES.items() if algo not in skip)
+
+
 SUITES["memory"] = (
     *(e for e in SUITES["quick"] if e.env.endswith("-masked") or e.env == "MemoryChain-bsuite"),
     entry("ppo-CartPole-v1-masked", "ppo", "ppo.py", "CartPole-v1-masked", 500_000, 10, (), MASKED_NONE),
-    *(entry(f"{algo}-MemoryChain-{length}", algo, script, CHAIN.format(length), 100_000, 10,
-            tuple(flag.format(length + 8) for flag in flags), MEMORY_CHAIN_OPTIMUM)
-      for length in (50, 100) for algo, (script, flags) in MEMORIES.items()),
-    *(entry(f"{algo}-CartPole-v1-masked", algo, script, "CartPole-v1-masked", 500_000, 10,
-            tuple(flag.format(8) for flag in flags), MASKED_NONE)
-      for algo, (script, flags) in MEMORIES.items() if algo != "ppo_rnn"),
+    *(e for length in (50, 100)
+      for e in memories_on(f"MemoryChain-{length}", CHAIN.format(length), 100_000, MEMORY_CHAIN_OPTIMUM, length + 8)),
+    *memories_on("CartPole-v1-masked", "CartPole-v1-masked", 500_000, MASKED_NONE, 8, skip=("ppo_rnn",)),
     # The masked Pendulum (continuous actions) at the masked CartPole's 500k: ppo.py without memory on its Pendulum
     # flags, each memory on PPO_PENDULUM_MEMORY; ppo_trxl.py with the masked CartPole's window.
     entry("ppo-Pendulum-v1-masked", "ppo", "ppo.py", "Pendulum-v1-masked", 500_000, 10, PPO_PENDULUM,
           MASKED_PENDULUM_NONE),
-    *(entry(f"{algo}-Pendulum-v1-masked", algo, script, "Pendulum-v1-masked", 500_000, 10,
-            (*PPO_PENDULUM_MEMORY, *(flag.format(8) for flag in flags)), MASKED_PENDULUM_NONE)
-      for algo, (script, flags) in MEMORIES.items()),
+    *memories_on("Pendulum-v1-masked", "Pendulum-v1-masked", 500_000, MASKED_PENDULUM_NONE, 8, PPO_PENDULUM_MEMORY),
     # XLand-MiniGrid's Memory task (MemoryS8, 8 wide): an object to remember in the first room, a corridor, its twin
     # and another at the corridor's end; the right one ends the episode with 1 - 0.9 * steps / 320, the wrong one with
     # 0, and a 3 x 3 view hides the first object by then. 1M (the GRU's probe learnt it there), 16 envs (the
     # MiniGrid entry's); ppo.py without memory beside the memories, ppo_trxl.py with a 16-step window.
     entry("ppo-MiniGrid-MemoryS8", "ppo", "ppo.py", "MiniGrid-MemoryS8", 1_000_000, 10, ("--num-envs", "16"),
           MINIGRID_MEMORY_NONE),
-    *(entry(f"{algo}-MiniGrid-MemoryS8", algo, script, "MiniGrid-MemoryS8", 1_000_000, 10,
-            ("--num-envs", "16", *(flag.format(16) for flag in flags)), MINIGRID_MEMORY_NONE)
-      for algo, (script, flags) in MEMORIES.items()),
+    *memories_on("MiniGrid-MemoryS8", "MiniGrid-MemoryS8", 1_000_000, MINIGRID_MEMORY_NONE, 16, ("--num-envs", "16")),
     # Craftax (full, symbolic) at the Craftax-1M scoreboard's budget, 10 seeds, on a GPU only (the Classic entry's
     # 4 seeds took 25 min of this CPU; full Craftax costs more a step): ppo.py without memory, the GRU and the GTrXL,
     # each with the Craftax-Classic entry's Craftax_Baselines flags; the GRU as wide as the layers, the GTrXL's window
