@@ -71,3 +71,24 @@ def test_resume_sets_damaged_checkpoint_data_aside_and_goes_on_from_an_intact_on
     assert f"warning: checkpoint {newest} cannot be read (" in out and "resuming after iteration 3 of 4" in out
     assert (run_dir / "damaged_checkpoints" / "4").is_dir()
     assert read_csv(run_dir / "metrics.csv") == read_csv(finished_runs["ppo"] / "metrics.csv")
+
+
+def test_a_state_with_none_and_zero_size_leaves_comes_back_as_it_was_saved(tmp_path):
+    """orbax writes neither a zero-size array (a MuJoCo model's unused field) nor a None the state holds itself
+    (Craftax's env state has one): the restore puts the first back as zeros and leaves the second None."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import ppo
+    from scanrl.harness.checkpoints import Checkpoints
+
+    state = {"w": jnp.arange(3.0), "unused": jnp.zeros((0, 2)), "absent": None}
+    config = ppo.Config()
+    with Checkpoints(str(tmp_path), keep=1) as checkpoints:
+        checkpoints.save(1, state, {"return": np.zeros(2)}, "ppo", config)
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
+    with Checkpoints(str(tmp_path)) as checkpoints:
+        runner, history, step = checkpoints.restore("--resume", "ppo", config, abstract, True)
+    assert step == 1 and runner["absent"] is None and runner["unused"].shape == (0, 2)
+    assert np.array_equal(runner["w"], state["w"]) and np.array_equal(history["return"], np.zeros(2))

@@ -165,8 +165,10 @@ def without_empty(tree):
 
 
 def with_empty(abstract, restored):
-    """The restored tree with `abstract`'s zero-size arrays put back where `without_empty` left None."""
-    return jax.tree.map(lambda a, x: jax.device_put(np.zeros(a.shape, a.dtype), a.sharding) if x is None else x,
+    """The restored tree with `abstract`'s zero-size arrays put back where `without_empty` left None (a None the
+    state holds itself, as Craftax's, stays None)."""
+    return jax.tree.map(lambda a, x: x if a is None or x is not None else
+                        jax.device_put(np.zeros(a.shape, a.dtype), a.sharding),
                         abstract, restored, is_leaf=lambda x: x is None)
 
 
