@@ -269,8 +269,9 @@ def make_dqn_train(config: Config):
         obs, env_state = env.reset(key_reset, env_params)
         params = network.init(key_init, obs[0])
         train_state = TrainState.create(apply_fn=network.apply, params=params, tx=tx)
-        obs_f32, zeros = obs.astype(jnp.float32), jnp.zeros(config.num_envs, jnp.float32)
-        buffer = ReplayBuffer.create(config.buffer_size, (obs_f32, zeros.astype(jnp.int32), zeros, obs_f32, zeros))
+        # Observations are stored as the env gives them (MinAtar's bool grids: a quarter of float32's bytes).
+        zeros = jnp.zeros(config.num_envs, jnp.float32)
+        buffer = ReplayBuffer.create(config.buffer_size, (obs, zeros.astype(jnp.int32), zeros, obs, zeros))
         return DQNState(train_state, train_state.params, buffer, env_state, obs, rng, jnp.int32(0))
 
     def update(runner):
@@ -312,8 +313,8 @@ def make_dqn_train(config: Config):
             random_action = jax.random.randint(key_action, greedy.shape, 0, num_actions)
             action = jnp.where(jax.random.uniform(key_explore, greedy.shape) < epsilon, random_action, greedy)
             next_obs, env_state, reward, terminated, _, info = env.step(key_step, env_state, action, env_params)
-            buffer = buffer.add((obs.astype(jnp.float32), action, reward.astype(jnp.float32),
-                                 info["final_observation"].astype(jnp.float32), terminated.astype(jnp.float32)))
+            buffer = buffer.add((obs, action, reward.astype(jnp.float32), info["final_observation"],
+                                 terminated.astype(jnp.float32)))
             env_steps = env_steps + config.num_envs
             # blocks.run_if, not lax.cond: under vmap the agents' counters are batched, and a cond would run both
             # branches for every agent; the agents learn (and update their targets) at the same steps.

@@ -107,9 +107,31 @@ def test_truncation_is_not_termination():
 def test_flatten_minatar_observations():
     env, params = envs.make_vec("Breakout-MinAtar", 2)
     obs, state = env.reset(jax.random.PRNGKey(0), params)
-    assert obs.shape == (2, 400) and obs.dtype == jnp.float32
+    assert obs.shape == (2, 400) and obs.dtype == jnp.bool_ and env.observation_space(params).dtype == jnp.bool_
     _, _, _, _, _, info = env.step(jax.random.PRNGKey(1), state, jnp.zeros(2, jnp.int32), params)
-    assert info["final_observation"].shape == (2, 400)
+    assert info["final_observation"].shape == (2, 400) and info["final_observation"].dtype == jnp.bool_
+
+
+@pytest.mark.parametrize("game", ["Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders"])
+def test_minatar_frames_hold_only_zeros_and_ones_so_bool_loses_nothing(game):
+    """gymnax gives MinAtar's frames as float32; make_vec keeps them as bool, which is exact only for 0 and 1."""
+    import gymnax
+
+    env, params = gymnax.make(f"{game}-MinAtar")
+
+    def step(carry, key):
+        state, obs = carry
+        key_action, key_step = jax.random.split(key)
+        action = jax.random.randint(key_action, (), 0, env.num_actions)
+        obs, state, *_ = env.step(key_step, state, action, params)
+        return (state, obs), obs
+
+    def rollout(key):
+        obs, state = env.reset(key, params)
+        return jax.lax.scan(step, (state, obs), jax.random.split(key, 500))[1]
+
+    frames = jax.jit(jax.vmap(rollout))(jax.random.split(jax.random.PRNGKey(0), 8))
+    assert frames.dtype == jnp.float32 and bool(jnp.all((frames == 0) | (frames == 1))) and frames.any()
 
 
 def test_clip_action_to_bounds():

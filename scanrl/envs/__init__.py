@@ -336,13 +336,13 @@ def make_vec(
     gamma: float = 0.99,
     **kwargs,
 ):
-    """The stack every script trains on: episode statistics on the raw rewards, flat float observations,
+    """The stack every script trains on: episode statistics on the raw rewards, flat observations,
     clipped continuous actions, `num_envs` copies, then optional running normalisation.
     """
     env, env_params = make(env_id, **kwargs)
     env = EpisodeStatistics(env)
-    if len(env.observation_space(env_params).shape) != 1:
-        env = FlattenObservation(env)
+    if len(env.observation_space(env_params).shape) != 1:  # MinAtar's channels hold only 0 and 1
+        env = FlattenObservation(env, jnp.bool_ if env_id.endswith("-MinAtar") else jnp.float32)
     if not is_discrete(env, env_params):
         env = ClipAction(env)
     env = VecEnv(env, num_envs)

@@ -82,18 +82,23 @@ class EpisodeStatistics(Wrapper):
 
 
 class FlattenObservation(Wrapper):
-    """Flattens observations to float32 vectors (MinAtar's 10x10xC grids become 100*C features)."""
+    """Flattens observations to vectors of `dtype`: float32, or bool where the env's values are 0 or 1 (MinAtar's
+    10x10xC frames become 100*C bool features, a quarter of float32's bytes in a replay buffer; a network's first
+    layer makes them float)."""
 
-    @staticmethod
-    def _flat(obs):
-        return jnp.reshape(obs, (-1,)).astype(jnp.float32)
+    def __init__(self, env, dtype=jnp.float32):
+        super().__init__(env)
+        self.dtype = dtype
+
+    def _flat(self, obs):
+        return jnp.reshape(obs, (-1,)).astype(self.dtype)
 
     def observation_space(self, params):
         space = self._env.observation_space(params)
         size = 1
         for dim in space.shape:
             size *= dim
-        return spaces.Box(0.0, 1.0, (size,), jnp.float32)
+        return spaces.Box(0.0, 1.0, (size,), self.dtype)
 
     def reset(self, key, params):
         obs, state = self._env.reset(key, params)
