@@ -310,7 +310,7 @@ def test_your_own_env_by_file_path_and_by_registered_id(tmp_path):
         assert envs.make("Corridor-v0")[1].max_steps_in_episode == 50
     finally:
         sys.path.remove(str(tmp_path))
-        envs._REGISTERED.pop("Corridor-v0", None)
+        envs.REGISTERED.pop("Corridor-v0", None)
         sys.modules.pop("my_env", None)
 
 
