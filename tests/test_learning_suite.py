@@ -97,9 +97,12 @@ def fabricated(tmp_path):
 
 def test_report_numbers_come_from_the_run_directories(fabricated, tmp_path):
     out_dir, entries = fabricated
+    resumed = out_dir / "dqn-breakout" / "summary.json"  # its train s counts only the invocation after iteration 3
+    resumed.write_text(json.dumps({**json.loads(resumed.read_text()), "resumed_after_iteration": 3}))
     results = tmp_path / "results" / "learning_fake.md"
     written = write_report("fake", entries, str(out_dir), str(results))
     text = results.read_text()
+    assert table_row(text, "dqn-breakout")[8] == "12 (resumed after iteration 3)"
 
     cart = table_row(text, "ppo-cart")
     # eval: seeds 100, 200, 300, 400 (one NaN dropped): IQM cuts one each end -> 250; std ddof 0

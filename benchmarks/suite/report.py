@@ -33,6 +33,12 @@ class Result:
     curve: tuple[np.ndarray, np.ndarray]  # read_curve's (env steps, (seeds, points) returns)
 
 
+def resumed_note(summary) -> str:
+    """ " (resumed after iteration N)" beside a train s that counts only the last invocation of a resumed run."""
+    after = summary.get("resumed_after_iteration")
+    return f" (resumed after iteration {after})" if after else ""
+
+
 def read_result(e: Entry, out_dir, records=None) -> Result | None:
     """A finished entry from its run directory, or else from its record; None if neither is there."""
     run_dir = os.path.join(out_dir, e.name)
@@ -203,8 +209,8 @@ def write_report(suite_name, entries, out_dir, results_path, suite_flag=None, re
         lines.append(f"| {e.name} | {e.env} | {s['num_seeds']} ({seeds_cell(s)}) | {s['env_steps']:,} "
                      f"| {iqm_cell(r.eval_return)} "
                      f"| {iqm_cell(r.final_return)} {cell}| {mean_std} | {fmt(ev.min()) if ev.size else '-'} "
-                     f"| {fmt(s.get('train_s'), 3)} | {fmt(s.get('compile_s'), 2)} | {e.reference.text} "
-                     f"| {e.reference.source} |")
+                     f"| {fmt(s.get('train_s'), 3)}{resumed_note(s)} | {fmt(s.get('compile_s'), 2)} "
+                     f"| {e.reference.text} | {e.reference.source} |")
     if results:
         lines += ["", "## Where each row comes from", "",
                   "The record each row is read from (or would be written to), the commit and command that made it, "
