@@ -49,7 +49,7 @@ class Config(harness.Flags):
     num_steps: int | None = None
     """steps per env in each iteration, one metrics row [tabular 1000; dqn 100]"""
     learning_rate: float | None = None
-    """step size [tabular 0.1; dqn 2.5e-4, Adam]"""
+    """step size [tabular 0.1; dqn 2.5e-4, of --optimizer]"""
     gamma: float | None = None
     """discount factor [tabular 0.9; dqn 0.99]"""
     start_e: float | None = None
@@ -76,6 +76,9 @@ class Config(harness.Flags):
     """env steps between target network updates"""
     tau: float = 1.0
     """target update rate: 1 copies the online network (hard update), below 1 averages into it (polyak)"""
+    optimizer: Literal["adam", "rmsprop"] = "adam"
+    """adam, or rmsprop: centered RMSProp as in the Nature DQN and the MinAtar paper (decay 0.95, 0.01 added to the
+    root; it learned MinAtar Asterix where Adam at the same step size did not)"""
     loss: Literal["mse", "huber"] = "mse"
     """TD loss: mean squared error or Huber (smooth L1)"""
     double_dqn: bool = False
@@ -243,6 +246,22 @@ class DQNState(NamedTuple):
     env_steps: jax.Array  # env steps so far (int32): epsilon, the warm-up and the target updates read it
 
 
+def dqn_optimizer(config: Config):
+    """--optimizer at --learning-rate (annealed to 0 with --anneal-lr). optax.flatten runs it on one flat vector: a few
+    large ops per step instead of a few per parameter array, and (XLA:CPU, jax 0.10) the same bits on any number of
+    devices, which per-array ops fused into the sharded program did not give (params drifted by float rounding on 2
+    devices)."""
+    anneal = optax.identity()
+    if config.anneal_lr:
+        anneal = optax.scale_by_schedule(
+            optax.linear_schedule(1.0, 0.0, config.total_timesteps // config.train_frequency))
+    if config.optimizer == "rmsprop":  # PyTorch's RMSprop(alpha=0.95, eps=0.01, centered=True), as the papers'
+        optimizer = optax.rmsprop(config.learning_rate, decay=0.95, eps=0.01, eps_in_sqrt=False, centered=True)
+    else:
+        optimizer = optax.adam(config.learning_rate)
+    return optax.flatten(optax.chain(optimizer, anneal))
+
+
 def make_dqn_train(config: Config):
     """DQN: epsilon-greedy acting in `num_envs` envs, every transition into a replay buffer, a gradient step on
     a uniform minibatch every `train_frequency` env steps after the warm-up, a target network updated every
@@ -253,15 +272,7 @@ def make_dqn_train(config: Config):
     # Per vectorized step of num_envs env steps: `gradient_steps` steps every `steps_per_train` vector steps.
     gradient_steps = max(1, config.num_envs // config.train_frequency)
     steps_per_train = max(1, config.train_frequency // config.num_envs)
-    anneal = optax.identity()
-    if config.anneal_lr:
-        anneal = optax.scale_by_schedule(
-            optax.linear_schedule(1.0, 0.0, config.total_timesteps // config.train_frequency))
-
-    # optax.flatten runs Adam on one flat vector: a few large ops per step instead of a few per parameter array,
-    # and (XLA:CPU, jax 0.10) the same bits on any number of devices, which per-array ops fused into the sharded
-    # program did not give (params drifted by float rounding on 2 devices).
-    tx = optax.flatten(optax.chain(optax.adam(config.learning_rate), anneal))
+    tx = dqn_optimizer(config)
     td_loss = optax.huber_loss if config.loss == "huber" else optax.squared_error
 
     def init(rng):

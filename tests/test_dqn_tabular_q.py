@@ -103,6 +103,21 @@ def test_dqn_counts_env_steps_for_epsilon_the_warm_up_and_the_gradient_steps():
     assert np.isnan(metrics["loss/td"][:9]).all() and np.isfinite(metrics["loss/td"][9:]).all()
 
 
+def test_rmsprop_is_the_papers_centered_rmsprop():
+    # PyTorch's RMSprop(lr, alpha=0.95, eps=0.01, centered=True), written out: the mean square and the mean of the
+    # gradients decay at 0.95, and the step divides by their centered root plus 0.01 (outside the root).
+    config = dq.Config(env="CartPole-v1", optimizer="rmsprop", learning_rate=0.5)
+    tx = dq.dqn_optimizer(config)
+    params = {"w": jnp.zeros(3)}
+    state = tx.init(params)
+    square, mean = np.zeros(3), np.zeros(3)
+    for grad in ([1.0, -0.01, 2.0], [0.5, 0.02, -1.0]):
+        updates, state = tx.update({"w": jnp.array(grad)}, state, params)
+        square, mean = 0.95 * square + 0.05 * np.square(grad), 0.95 * mean + 0.05 * np.array(grad)
+        expected = -0.5 * np.array(grad) / (np.sqrt(square - mean**2) + 0.01)
+        np.testing.assert_allclose(updates["w"], expected, rtol=1e-5)
+
+
 def test_config_is_resolved_as_it_is_made():
     assert dq.Config(env="GridWorld-v0").agent == "tabular"
     assert dq.Config(env="FrozenLake-misc").agent == "tabular"
