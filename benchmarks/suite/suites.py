@@ -194,7 +194,8 @@ SUITES["quick"] = tuple(dataclasses.replace(_FULL[name], total_timesteps=steps o
 # ppo.py first on every game (6 seeds: 5 would not divide over the 2 devices and train on one; 66 min a game here, at
 # 15k env steps/s over the 6 agents), the published column and the requirement, then PQN (10 seeds, about
 # 25 min a game), then the MinAtar paper's DQN at its budget (5M steps, one env, an update per step) with 6 seeds:
-# Breakout's record trained at 7.6k env steps/s here, 65 min (frames stored as bool). Its time grows with the seeds
+# Breakout's record trained at 7.6k env steps/s here, 65 min (frames stored as bool), Asterix's (RMSProp) at 7.3k,
+# 69 min. Its time grows with the seeds
 # (1,343 and 1,207 env steps/s over 6 and 10 agents, 2026-11-27, beside a training run), so 10 seeds would take about
 # 1.7 times as long. The runner resumes a game a session cannot finish.
 SUITES["minatar"] = (
