@@ -36,13 +36,12 @@ PPO_MINATAR = ("--num-envs", "64", "--num-steps", "128", "--num-minibatches", "8
 # DQN on MinAtar: the MinAtar paper's DQN (kenjyoung/MinAtar examples/dqn.py: one env, an update every step, batch 32,
 # buffer 100k, target every 1,000 steps, 5,000 warm-up steps, epsilon 1 to 0.1 over 100k of 5M steps, Huber loss,
 # no lr decay). Its network is a small conv net; dqn_tabular_q.py's is an MLP on the flattened frame.
-DQN_MINATAR_ADAM = ("--agent", "dqn", "--num-envs", "1", "--train-frequency", "1", "--batch-size", "32",
-                    "--buffer-size", "100000", "--target-network-frequency", "1000", "--learning-starts", "5000",
-                    "--start-e", "1", "--end-e", "0.1", "--exploration-fraction", "0.02", "--loss", "huber")
-# The paper's optimizer too, centered RMSProp: with Adam at the same step size no seed learned Asterix (6 seeds,
-# returns falling from 0.9 to 0.55 by 2.4M steps), where RMSProp's 2 seeds reached 3 by 1.4M, rising. Breakout's
-# record was trained with Adam (DQN_MINATAR_ADAM) and keeps it until it is trained again.
-DQN_MINATAR = (*DQN_MINATAR_ADAM, "--optimizer", "rmsprop")
+# And the paper's optimizer, centered RMSProp: with Adam at the same step size no seed learned Asterix (6 seeds, returns
+# falling from 0.9 to 0.55 by 2.4M steps), where RMSProp's 2 seeds reached 3 by 1.4M, rising.
+DQN_MINATAR = ("--agent", "dqn", "--num-envs", "1", "--train-frequency", "1", "--batch-size", "32",
+               "--buffer-size", "100000", "--target-network-frequency", "1000", "--learning-starts", "5000",
+               "--start-e", "1", "--end-e", "0.1", "--exploration-fraction", "0.02", "--loss", "huber",
+               "--optimizer", "rmsprop")
 
 
 # PQN on MinAtar: purejaxql's config (purejaxql/config/alg/pqn_minatar.yaml: 128 envs x 32 steps, 32 minibatches,
@@ -204,7 +203,7 @@ SUITES["minatar"] = (
     *(entry(f"pqn-{game}-MinAtar", "pqn", "pqn.py", f"{game}-MinAtar", 10_000_000, 10, PQN_MINATAR, MINATAR_NONE)
       for game in MINATAR_GAMES),
     *(entry(f"dqn-{game}-MinAtar", "dqn", "dqn_tabular_q.py", f"{game}-MinAtar", 5_000_000, 6,
-            DQN_MINATAR_ADAM if game == "Breakout" else DQN_MINATAR, MINATAR_NONE) for game in MINATAR_GAMES),
+            DQN_MINATAR, MINATAR_NONE) for game in MINATAR_GAMES),
 )
 # Memory (ppo_rnn.py, issue 25; about 7 min here): the quick suite's entries on tasks that need memory, and ppo.py on
 # the masked CartPole beside them to show what memory buys (in no other suite: a task it cannot solve by design would
