@@ -198,7 +198,8 @@ SUITES["quick"] = tuple(dataclasses.replace(_FULL[name], total_timesteps=steps o
 # MinAtar at the field's budget (issue 30): 10M env steps per seed, every game, the full suite's configurations.
 # ppo.py first on every game (6 seeds: 5 would not divide over the 2 devices and train on one; 66 min a game here, at
 # 15k env steps/s over the 6 agents), the published column and the issue's requirement, then PQN (10 seeds, about
-# 25 min a game), then the MinAtar paper's DQN at its budget (5M steps, one env, an update per step) with 6 seeds:
+# 25 min a game), then the MinAtar paper's DQN at its budget (5M steps, one env, an update per step; Seaquest 1.6M,
+# below) with 6 seeds:
 # Breakout's record trained at 7.6k env steps/s here, 65 min (frames stored as bool), Asterix's (RMSProp) at 7.3k,
 # 69 min. Its time grows with the seeds
 # (1,343 and 1,207 env steps/s over 6 and 10 agents, 2026-11-27, beside a training run), so 10 seeds would take about
@@ -211,7 +212,7 @@ SUITES["minatar"] = (
     *(entry(f"dqn-{game}-MinAtar", "dqn", "dqn_tabular_q.py", f"{game}-MinAtar", 5_000_000, 6,
             DQN_MINATAR, MINATAR_NONE) for game in MINATAR_GAMES if game != "Seaquest"),
     # Seaquest at 1.6M steps a seed, not the paper's 5M: 5M took 2.6 h at 3.2k env steps/s on one machine here and
-    # would take 5.7 h at the 1.4k another gave (2026-11-28), more than a session. Epsilon still anneals over 100k.
+    # would take 6.7 h at the 1.24k another gave (2026-11-28), more than a session. Epsilon still anneals over 100k.
     entry("dqn-Seaquest-MinAtar", "dqn", "dqn_tabular_q.py", "Seaquest-MinAtar", 1_600_000, 6,
           with_flag(DQN_MINATAR, "--exploration-fraction", "0.0625"), MINATAR_NONE),
 )
