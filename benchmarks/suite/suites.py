@@ -45,7 +45,7 @@ DQN_MINATAR = ("--agent", "dqn", "--num-envs", "1", "--train-frequency", "1", "-
 
 
 def with_flag(flags, name, value):
-    """`flags` with `name`'s value replaced by `value`, in place."""
+    """A copy of `flags` with the value after `name` replaced by `value` (the order kept)."""
     i = flags.index(name)
     return (*flags[:i + 1], value, *flags[i + 2:])
 
