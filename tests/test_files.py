@@ -116,6 +116,12 @@ def test_the_harness_writes_no_file_through_a_planted_link(tmp_path):
         (run_dir / name).symlink_to(outside, target_is_directory=True)
         with pytest.raises(OSError, match="a link"):
             folder(str(run_dir / name))
+    # checkpoints/ is made by the run itself before orbax writes in it (orbax would follow a link)
+    from scanrl.harness.checkpoints import Checkpoints
+
+    (run_dir / "checkpoints").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(OSError, match="a link"):
+        Checkpoints(str(run_dir), keep=2)
     point = run_dir / "lr=0.1"
     with pytest.raises(OSError, match="a link"):
         MetricsCsv(str(point / "metrics.csv"), list(metrics), [0], metrics, make_dir=True)

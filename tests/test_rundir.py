@@ -35,6 +35,38 @@ def test_of_many_claims_on_one_run_directory_exactly_one_wins(tmp_path):
     assert json.loads((tmp_path / "runs" / "one" / "config.json").read_text()) == {"claimant": winners[0]}
 
 
+def test_an_empty_folder_another_user_made_or_others_can_write_in_is_not_claimed(tmp_path):
+    """An empty folder planted at <out-dir>/<run-name> by another user, or one others can write in, is refused: its
+    owner could swap checkpoints/ for a link while the run compiles. The run's own folder is made 0o755, whatever
+    the umask, and its own empty one (0o700) is taken."""
+    from scanrl.harness.rundir import claim_run_directory
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    shared = runs / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    assert claim_run_directory(str(shared), {}) == (
+        f"run directory {shared} is writable by others (mode 0o777; chmod go-w it if it is yours); a new run takes "
+        "only an empty folder of its own; choose another --run-name")
+    if os.geteuid() == 0:  # only root can give a folder away
+        foreign = runs / "foreign"
+        foreign.mkdir(mode=0o755)
+        os.chown(foreign, 65534, 65534)
+        assert claim_run_directory(str(foreign), {}).startswith(
+            f"run directory {foreign} is owned by uid 65534, not this user (uid 0); a new run takes only")
+    assert not any(os.listdir(runs / name) for name in os.listdir(runs))  # nothing written in either
+    own = runs / "own"
+    own.mkdir(mode=0o700)
+    assert claim_run_directory(str(own), {"a": 1}) == ""
+    old = os.umask(0)
+    try:
+        assert claim_run_directory(str(runs / "made"), {"a": 1}) == ""
+    finally:
+        os.umask(old)
+    assert (runs / "made").stat().st_mode & 0o777 == 0o755
+
+
 @pytest.mark.slow
 def test_two_runs_started_at_once_with_one_run_name_one_trains_the_other_exits_2(tmp_path):
     _, tiny, _ = CASES["ppo"]

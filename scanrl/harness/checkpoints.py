@@ -30,6 +30,8 @@ class Checkpoints:
         # orbax logs many absl lines per event (a read-only open, a failed write); the harness says one of its own.
         logging.getLogger("absl").setLevel(logging.CRITICAL)
         self.run_dir, self.folder = run_dir, os.path.join(run_dir, "checkpoints")
+        if keep is not None:  # made by the run itself: a link planted at the name is refused, never written through
+            folder(self.folder)
         self.manager = ocp.CheckpointManager(
             os.path.abspath(self.folder),
             options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=keep is not None, read_only=keep is None),

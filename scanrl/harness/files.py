@@ -45,7 +45,7 @@ def replaced(path, mode="w", **kwargs):
 def folder(path):
     """`path` as a folder to write in, made if absent; OSError (ELOOP, ENOTDIR) if it is a link or not a folder."""
     try:
-        os.mkdir(path)
+        os.mkdir(path, 0o755)  # no one else may write in it, whatever the umask
     except FileExistsError:
         mode = os.lstat(path).st_mode
         if stat.S_ISLNK(mode):

@@ -18,6 +18,7 @@ import numpy as np
 
 from scanrl.harness.agents import any_process, collective, exit_on_lost_peers, gather, local_agents, to_agents
 from scanrl.harness.checkpoints import Checkpoints
+from scanrl.harness.files import folder
 from scanrl.harness.flags import ConfigError, flag
 from scanrl.harness.memory import check_memory
 from scanrl.harness.metrics import Progress, plural
@@ -232,7 +233,8 @@ def train_chunks(job, compiled, runner, history, done, checkpoints, run_dir, pro
         profiled = config.profile and done == first and job.lead
         if profiled:  # one piece, as a chunk of its own: a trace of more outgrows memory
             end = done + job.length
-        with jax.profiler.trace(profile_dir, create_perfetto_trace=True) if profiled else contextlib.nullcontext():
+        tracing = jax.profiler.trace(folder(profile_dir), create_perfetto_trace=True) if profiled else None
+        with tracing or contextlib.nullcontext():
             runner, metrics, reached = run_pieces(compiled, job, runner, done, end, progress if job.lead else None,
                                                   stop, deadline)
         write_pending()

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import shutil
+import stat
 import time
 
 import numpy as np
@@ -26,6 +27,9 @@ class RunDirectory:
         if config.resume is not None:
             self.path = config.resume  # its real path (`resume.resumed`)
             self.run_name = os.path.basename(os.path.normpath(self.path))
+            if lead and (foreign := foreign_folder(self.path)):
+                raise ConfigError(f"--resume: the run directory {self.path} {foreign}; a run writes only in a folder "
+                                  "of its own that no one else can write in")
         else:
             # Brax ids hold '/' and ':'. The suffix parts jobs started in the same second; all take process 0's name.
             env_name = config.env.replace("/", "-").replace(":", "-")
@@ -75,12 +79,15 @@ def claim_run_directory(path, config_json) -> str:
     try:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)  # the out dir: a link the user named is theirs
         try:
-            os.mkdir(path)
+            os.mkdir(path, 0o755)  # no one else may write in it (`foreign_folder`), whatever the umask
         except FileExistsError:
             if os.path.islink(path):  # planted in a shared out dir, a link would lead the run anywhere
                 return f"run directory {path} is a link, and a run never writes through one; choose another --run-name"
             if os.listdir(path):
                 raise
+            if foreign := foreign_folder(path):  # an empty folder someone else made: not taken
+                return f"run directory {path} {foreign}; a new run takes only an empty folder of its own; choose " \
+                       "another --run-name"
         if os.path.islink(path):  # made a link between our mkdir and now
             raise FileExistsError
         with open(os.path.join(path, "config.json"), "x") as f:  # "x": fails if another run created it first
@@ -89,6 +96,18 @@ def claim_run_directory(path, config_json) -> str:
         return f"run directory {path} exists and is not empty; choose another --run-name, or --resume it"
     except OSError as error:
         return f"cannot create the run directory {path}: {error.strerror}; choose another --out-dir"
+    return ""
+
+
+def foreign_folder(path) -> str:
+    """"" if the folder at `path` is this user's and no one else can write in it, else what is wrong ("is owned by
+    uid 1001", "is writable by others (mode 0o777)"): in a folder another user can write in, they could swap its
+    subfolders (checkpoints/) for links while the run goes on, and the run would write wherever those lead."""
+    status = os.lstat(path)
+    if status.st_uid != os.geteuid():
+        return f"is owned by uid {status.st_uid}, not this user (uid {os.geteuid()})"
+    if status.st_mode & 0o022:
+        return f"is writable by others (mode {stat.S_IMODE(status.st_mode):#o}; chmod go-w it if it is yours)"
     return ""
 
 
