@@ -222,15 +222,17 @@ def test_resuming_a_run_after_the_fork_changed_its_state_exits_2(edit, message, 
 @pytest.mark.slow
 def test_a_forks_new_metric_is_a_column_where_its_dict_has_it_and_the_harness_names_are_refused(tmp_path, capsys):
     """A fork adds a metric to the metrics dict alone: metrics.csv gets its column in the dict's order, with no
-    second list of keys to keep in step. One named as the harness's own (env_steps) would be overwritten: one line,
-    exit 2, and no run directory is left."""
+    second list of keys to keep in step. One named as the harness's own (env_steps) would be overwritten, and one
+    the harness reads (episodes) dropped would end the run after training: one line naming update's line, exit 2,
+    before anything trains, and no run directory is left."""
     source = (ROOT / "ppo.py").read_text()
     line = '            "episodes": episodes,\n'
     assert line in source
+    update_line = source[:source.index("    def update(")].count("\n") + 1
     _, tiny, _ = CASES["ppo"]
-    for metric, value in (("kl2", "2 * episodes"), ("env_steps", "episodes")):
+    for metric, value in (("kl2", "2 * episodes"), ("env_steps", "episodes"), ("episodes", None)):
         path = tmp_path / f"ppo_{metric}.py"
-        path.write_text(source.replace(line, line + f'            "{metric}": {value},\n'))
+        path.write_text(source.replace(line, "" if value is None else line + f'            "{metric}": {value},\n'))
         fork = contract.load_script(path)
         runs = tmp_path / f"runs_{metric}"
         config = fork.Config(**{**tiny, "out_dir": str(runs), "run_name": "run", "eval_episodes": 1})
@@ -241,8 +243,10 @@ def test_a_forks_new_metric_is_a_column_where_its_dict_has_it_and_the_harness_na
             assert all(float(row[4]) == 2 * float(row[3]) for row in rows[1:])
             continue
         code, err = exit_code_and_error(capsys, fork.main, config)
-        assert code == 2 and len(err) == 1 and "its metrics hold env_steps or nonfinite, which the harness adds " \
-            "itself" in err[0], err
+        said = ("holds env_steps, which the harness adds itself" if value else
+                "has no 'episodes' (how many episodes ended in the iteration")
+        assert code == 2 and len(err) == 1 and f"error: {path.name}:{update_line}: the metrics dict `update` " \
+            "returns " in err[0] and said in err[0], err
         assert not runs.exists() or not any(runs.iterdir())
 
 

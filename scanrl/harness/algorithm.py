@@ -22,11 +22,17 @@ class Algorithm:
     harness vmaps them over agents and splits the agents over devices), PureJaxRL's shape:
     - `init(rng) -> runner`: the agent's whole state (networks, optimizer, env state, buffers, RNG key, counters);
     - `update(runner) -> (runner, metrics)`: one iteration (a rollout and its update epochs, or one update phase).
-      `metrics` is a dict of scalars, metrics.csv's columns in the order the dict gives them: `episode_return` (the
-      mean of the episodes that ended in the iteration, NaN if none did) and whatever else the script reports
-      (`updates`: gradient updates so far, for updates/s). The harness adds `env_steps` (`steps_per_iteration` per
-      iteration) and `nonfinite` (a NaN or an infinity in any flax `TrainState` of the runner, or in any float of a
-      runner that holds none).
+      `metrics` is a dict of scalars, metrics.csv's columns in the order the dict gives them. It must hold
+      `episode_return` (the mean of the episodes that ended in the iteration, NaN if none did) and `episodes` (how
+      many ended in it: the summary's final return weighs by it); it may hold `episode_length` (plotted) and
+      `updates` (gradient updates so far, for updates/s), and whatever else the script reports. The harness adds
+      `env_steps` (`steps_per_iteration` per iteration) and `nonfinite`. A dict without a key it needs, or with one
+      it adds, is refused in one line naming `update`'s line when the program is traced, before anything trains.
+
+    What the harness finds in the runner by type, so a fork keeps the types: each flax `TrainState` (`nonfinite`: a
+    NaN or an infinity in its params or optimizer state; in any float of a runner that holds none), and the
+    `NormalizeObservation` wrapper's statistics in the env state (`envs.normalized_policy`: the evaluation feeds the
+    policy observations normalised as training saw them, the statistics frozen).
 
     The command line runs `lax.scan` of `update`, as a script's `make_train` does, in pieces of a fixed length with
     the run's metrics and checkpoints written between them; a run has total_timesteps // steps_per_iteration(config)
