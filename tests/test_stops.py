@@ -141,6 +141,40 @@ def test_a_second_signal_stops_at_once_in_one_line(tmp_path, capsys, monkeypatch
     assert not any("Traceback" in line for line in err)
 
 
+@pytest.mark.slow
+def test_a_signal_while_the_summaries_are_written_stops_at_once_and_resume_writes_them(tmp_path, capsys, monkeypatch):
+    """Ctrl-C or SIGTERM while the summaries are written said "stopping after the iterations under way" and went on:
+    it stops at once (nothing is left to wait for), saying what is finished and how to write the summary."""
+    from scanrl.harness import train
+
+    summarize = train.summarize
+
+    def signalled(*args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return summarize(*args)
+
+    monkeypatch.setattr(train, "summarize", signalled)
+    module, config = tiny_config("ppo", tmp_path / "runs", run_name="summary", num_chunks=1)
+    code, err = exit_code_and_error(capsys, module.main, config)
+    run_dir = tmp_path / "runs" / "summary"
+    assert code == 128 + signal.SIGTERM and err == [
+        "SIGTERM: stopped while writing the summaries; training and evaluation are finished, the checkpoint and "
+        f"metrics.csv written, summary.json perhaps not: write it with: python ppo.py --resume {run_dir}"], err
+    assert not (run_dir / "summary.json").exists()
+    monkeypatch.setattr(train, "summarize", summarize)
+    module.main(module.Config(resume=str(run_dir)))
+    assert (run_dir / "summary.json").exists()
+
+
+def test_the_resume_command_names_your_own_env():
+    """scanrl imports code only when the command line names it: a run on your own env resumes with --env."""
+    from scanrl.harness.stops import resume_command
+
+    assert resume_command("ppo.py", "runs/a b", "corridor:Corridor") == \
+        "python ppo.py --resume 'runs/a b' --env corridor:Corridor"
+    assert resume_command("ppo.py", "runs/a", "brax/halfcheetah:mjx") == "python ppo.py --resume runs/a"
+
+
 @pytest.mark.parametrize("writer", ["metrics", "checkpoint", "summary"])
 def test_a_failed_write_stops_with_one_line_and_the_run_resumes(writer, finished_runs, tmp_path, capsys,
                                                                 monkeypatch):
@@ -244,7 +278,7 @@ def test_ctrl_c_stops_a_final_evaluation_whose_episodes_never_end(tmp_path):
     assert process.returncode == 130 and time.perf_counter() - start < 10, err
     assert err.strip().splitlines()[-1] == (
         "SIGINT: stopped during the final evaluation; training is finished, its checkpoint and metrics.csv written, "
-        f"summary.json not: evaluate and summarise it with: python ppo.py --resume {run_dir}")
+        f"summary.json not: evaluate and summarise it with: python ppo.py --resume {run_dir} --env user_envs:Endless")
     assert checkpoint_steps(run_dir) == [4, 8] and not (run_dir / "summary.json").exists()
 
 
@@ -269,10 +303,10 @@ def test_a_failed_write_names_the_file_and_what_fixes_it():
 
     refused = OSError(errno.EPERM, "Operation not permitted", "/r/.metrics.csv.0123456789ab.tmp", None,
                       "/r/metrics.csv")
-    assert str(write_failed(refused, "ppo.py", "/r")) == (
+    assert str(write_failed(refused, "ppo.py", "/r", "CartPole-v1")) == (
         "error: cannot write /r/metrics.csv: Operation not permitted; training stopped, the checkpoints written so "
         "far are kept; fix its permissions (chmod u+w, chattr -i), then continue with: python ppo.py --resume /r")
     full = OSError(errno.ENOSPC, "No space left on device", "/r/.summary.json.00000000000a.tmp")
-    assert str(write_failed(full, "ppo.py", "/r")).startswith(
+    assert str(write_failed(full, "ppo.py", "/r", "CartPole-v1")).startswith(
         "error: cannot write /r/summary.json: No space left on device; training stopped, the checkpoints written so "
         "far are kept; make room, then")

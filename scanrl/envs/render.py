@@ -7,6 +7,7 @@ video and audio drivers before it is imported, one gymnasium env draws every fra
 The other envs gymnax draws (MinAtar, bsuite Catch, misc) go through gymnax's matplotlib visualizer as before.
 """
 
+import contextlib
 import os
 
 # Before pygame is imported anywhere: no display, no sound card, no greeting line.
@@ -57,16 +58,29 @@ def titled(frame, title):
 
 
 def write_gif(env, env_params, states, cumulative_rewards, path):
-    """Writes `states` (one per frame, unbatched gymnax states of the base env `env`) to the gif `path`."""
-    if env.name in GYM_DRAWN:
-        images = [titled(frame, f"{env.name}: step {t + 1}, return {float(r):.2f}")
-                  for t, (frame, r) in enumerate(zip(gym_frames(env.name, env_params, states), cumulative_rewards,
-                                                     strict=True))]
-        images[0].save(path, format="GIF", save_all=True, append_images=images[1:], duration=FRAME_MS, loop=0)
-        return
-    import matplotlib
+    """Writes `states` (one per frame, unbatched gymnax states of the base env `env`) to the gif `path`, whole or not
+    at all: drawn into a new file beside it (created exclusively), renamed over `path` once written."""
+    import tempfile
 
-    matplotlib.use("Agg")
-    from gymnax.visualize import Visualizer
+    folder, name = os.path.split(os.path.abspath(path))
+    fd, temporary = tempfile.mkstemp(suffix=".gif", prefix=f".{name}.", dir=folder)
+    os.close(fd)
+    try:
+        if env.name in GYM_DRAWN:
+            images = [titled(frame, f"{env.name}: step {t + 1}, return {float(r):.2f}")
+                      for t, (frame, r) in enumerate(zip(gym_frames(env.name, env_params, states), cumulative_rewards,
+                                                         strict=True))]
+            images[0].save(temporary, format="GIF", save_all=True, append_images=images[1:], duration=FRAME_MS,
+                           loop=0)
+        else:
+            import matplotlib
 
-    Visualizer(env, env_params, states, cumulative_rewards).animate(path)
+            matplotlib.use("Agg")
+            from gymnax.visualize import Visualizer
+
+            Visualizer(env, env_params, states, cumulative_rewards).animate(temporary)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise

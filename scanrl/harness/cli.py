@@ -136,6 +136,8 @@ def evaluate_run(algorithm, config, stop=None):
     from scanrl import envs
 
     run_config, points = eval_config(algorithm, config)
+    if stop is not None:  # --eval writes nothing but its --gif: nothing to wait for
+        stop.stop_at_once("the evaluation stopped; nothing was written")
     job = plan(algorithm, run_config, points, sampled=config.eval_sampled)
     with Checkpoints(config.eval) as checkpoints:
         restored = checkpoints.restore("--eval", algorithm.name, run_config, job.abstract_runner, False)
@@ -164,6 +166,9 @@ def evaluate_run(algorithm, config, stop=None):
         swept = {k: np.asarray(v)[index].item() for k, v in job.swept.items()}
         agent = jax.tree.map(lambda x: np.asarray(x)[index], gather(runner, "the evaluation"))
         act = eval_policy(algorithm, job.parts(swept)[0], agent, eval_keys[index], config.eval_sampled)
+        if stop is not None:
+            stop.stop_at_once(f"stopped while drawing the episode; {config.gif} was not written (the returns above "
+                              "are the evaluation's)")
         total, length = envs.record_episode(run_config.env, act, eval_keys[index], config.gif)
         print(f"one episode of seed {job.names[index]} (index {index}): return {total:.1f} in {length} steps, "
               f"drawn to {config.gif}")

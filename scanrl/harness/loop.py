@@ -6,7 +6,6 @@ its metrics.csv rows, a stop on a signal; and any evaluation, in pieces, awake t
 import contextlib
 import dataclasses
 import os
-import shlex
 import signal
 import sys
 import threading
@@ -30,6 +29,7 @@ from scanrl.harness.stops import (
     env_failure,
     nonfinite_stop,
     overflow_failure,
+    resume_command,
     write_failed,
 )
 from scanrl.harness.sweeps import point_label
@@ -80,8 +80,8 @@ def compile_run(job, run_dir, stop):
     if signum:  # nothing trained yet, nothing to wait for
         resume = job.config.resume is not None
         raise RunStopped(f"{signal.Signals(signum).name}: stopped while compiling, before any training: nothing was "
-                         f"trained{' further' if resume else ''}; {'continue' if resume else 'start it'} with: python "
-                         f"{job.algorithm.script} --resume {shlex.quote(run_dir.path)}", 128 + signum)
+                         f"trained{' further' if resume else ''}; {'continue' if resume else 'start it'} with: "
+                         f"{resume_command(job.algorithm.script, run_dir.path, job.config.env)}", 128 + signum)
     if job.lead:
         print(f"compiled in {compiled[2]:.1f} s", flush=True)
     return compiled
@@ -198,10 +198,11 @@ def train_run(job, compiled, run_dir, tracking, stop):
     except BaseException as error:
         tracking.finish(exit_code=1)
         if isinstance(error, OSError):  # metrics.csv or a checkpoint could not be written
-            raise write_failed(error, algorithm.script, run_dir.path) from None
+            raise write_failed(error, algorithm.script, run_dir.path, config.env) from None
         checkpoints_dir = os.path.join(run_dir.path, "checkpoints")
         trained = os.path.isdir(checkpoints_dir) and any(s.isdigit() for s in os.listdir(checkpoints_dir))
-        failure = callback_failure(error, algorithm.script, run_dir.path, trained or config.resume is not None)
+        failure = callback_failure(error, algorithm.script, run_dir.path, config.env,
+                                   trained or config.resume is not None)
         if failure is None:
             raise
         if not trained:
@@ -253,8 +254,8 @@ def train_chunks(job, compiled, runner, history, done, checkpoints, run_dir, pro
     write_pending()
     if done < job.num_iterations:
         raise RunStopped(f"{signal.Signals(signum).name}: stopped after iteration {done} of {job.num_iterations}, "
-                         f"metrics and checkpoint written; continue with: python {job.algorithm.script} --resume "
-                         f"{shlex.quote(run_dir.path)}", 128 + signum)
+                         f"metrics and checkpoint written; continue with: "
+                         f"{resume_command(job.algorithm.script, run_dir.path, config.env)}", 128 + signum)
     if config.profile and job.lead:
         print(f"profiler trace of iterations {first + 1} to {first + job.length} in {profile_dir}: open its "
               "*.trace.json.gz at https://ui.perfetto.dev")

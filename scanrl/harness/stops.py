@@ -26,7 +26,16 @@ class RunStopped(Exception):
         self.code, self.abandon = code, abandon
 
 
-def write_failed(error: OSError, script, run_dir):
+def resume_command(script, run_dir, env) -> str:
+    """The command that resumes `run_dir`: `python SCRIPT --resume DIR`, with `--env ENV` where the run trained on the
+    user's own env (module:name): scanrl imports code only when the command line names it."""
+    from scanrl.envs.custom import import_reference
+
+    own = f" --env {shlex.quote(env)}" if import_reference(env) is not None else ""
+    return f"python {script} --resume {shlex.quote(run_dir)}{own}"
+
+
+def write_failed(error: OSError, script, run_dir, env):
     """RunStopped (exit 1) for a failed write (disk full, read-only, ...): one line naming the file, the cause and
     how to go on (--resume starts from the newest intact checkpoint and rebuilds metrics.csv)."""
     path = error.filename2 or error.filename  # a file replaced by its temporary: the file, not the temporary
@@ -38,11 +47,11 @@ def write_failed(error: OSError, script, run_dir):
         cause, "fix its permissions (chmod u+w, chattr -i)" if cause in (errno.EACCES, errno.EPERM) else
         "make room (or fix permissions)")
     return RunStopped(f"error: cannot write{' ' + str(path) if path else ''}: {error.strerror or error}; training "
-                      f"stopped, the checkpoints written so far are kept; {fix}, then continue with: python {script} "
-                      f"--resume {shlex.quote(run_dir)}", 1, abandon=True)
+                      f"stopped, the checkpoints written so far are kept; {fix}, then continue with: "
+                      f"{resume_command(script, run_dir, env)}", 1, abandon=True)
 
 
-def callback_failure(error, script, run_dir, trained) -> RunStopped | None:
+def callback_failure(error, script, run_dir, env, trained) -> RunStopped | None:
     """RunStopped (exit 1) for a host callback (jax.pure_callback, io_callback: a user's env may hold one) that
     raised inside the compiled run: one line with its exception and where it was raised; None for other errors.
     `trained`: whether a checkpoint was written (else the run directory is removed: nothing of it is worth keeping)."""
@@ -55,8 +64,9 @@ def callback_failure(error, script, run_dir, trained) -> RunStopped | None:
     if places:  # File "/path/my_env.py", line 8, in boom
         path, line = places[-1].split('"')[1], places[-1].split(", line ")[1].split(",")[0]
         where = f", at {path}:{line}"
-    kept = (f"the checkpoints written so far are kept: fix it, then continue with: python {script} --resume "
-            f"{shlex.quote(run_dir)}") if trained else "nothing was trained, and no run directory is left"
+    resume = resume_command(script, run_dir, env)
+    kept = (f"the checkpoints written so far are kept: fix it, then continue with: {resume}" if trained else
+            "nothing was trained, and no run directory is left")
     return RunStopped(f"error: a host callback raised {lines[-1]} inside the compiled run{where}; training "
                       f"stopped, {kept}", 1, abandon=True)
 
@@ -84,7 +94,7 @@ class StopRequest:
         self.doing = "stopping after the iterations under way, with a checkpoint"  # what the first signal does
 
     def __enter__(self):
-        self.signal = None
+        self.signal, self.at_once = None, None
         self.previous = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
         return self
 
@@ -92,10 +102,16 @@ class StopRequest:
         for s, handler in self.previous.items():
             signal.signal(s, handler)
 
+    def stop_at_once(self, message):
+        """From now on a first signal stops at once too, with the line `{SIGNAL}: {message}` (what is left undone and
+        how to go on): for a step that cannot end early and need not be waited for (a gif's drawing, the summary)."""
+        self.at_once = message
+
     def _handle(self, signum, frame):
-        if self.signal is not None:
+        if self.signal is not None or self.at_once is not None:
             self.__exit__()
-            message = (f"{signal.Signals(signum).name} again: stopped at once; the checkpoints written so far are "
+            message = (f"{signal.Signals(signum).name}: {self.at_once}" if self.signal is None else
+                       f"{signal.Signals(signum).name} again: stopped at once; the checkpoints written so far are "
                        "kept, with their rows in metrics.csv: --resume goes on from the last one")
             if self.exit_process:
                 sys.stdout.flush()

@@ -145,4 +145,4 @@ def summarize(job, eval_returns, runner, history, run_dir, tracking, extra):
         write_summaries(run_dir, tracking, algorithm, history, eval_returns.mean(axis=1), runner, extra)
     except OSError as error:
         tracking.finish(exit_code=1)
-        raise write_failed(error, algorithm.script, run_dir.path) from None
+        raise write_failed(error, algorithm.script, run_dir.path, run_dir.config.env) from None

@@ -1,13 +1,12 @@
 """A new or resumed run, along its path: planned (`program`), its directory claimed (`rundir`), compiled and trained
 chunk by chunk (`loop`), evaluated, summarised (`summaries`)."""
 
-import shlex
 
 from scanrl.harness.agents import exit_on_lost_peers
 from scanrl.harness.loop import compile_run, run_evaluation, train_run
 from scanrl.harness.program import plan
 from scanrl.harness.rundir import RunDirectory
-from scanrl.harness.stops import RunStopped, StopRequest
+from scanrl.harness.stops import RunStopped, StopRequest, resume_command
 from scanrl.harness.summaries import summarize
 from scanrl.harness.tracking import Tracking
 
@@ -34,10 +33,13 @@ def train(algorithm, config, points, exit_process=False):
             def stopped(signum):
                 return RunStopped(f"{signum.name}: stopped during the final evaluation; training is finished, its "
                                   "checkpoint and metrics.csv written, summary.json not: evaluate and summarise it "
-                                  f"with: python {algorithm.script} --resume {shlex.quote(run_dir.path)}",
+                                  f"with: {resume_command(algorithm.script, run_dir.path, job.config.env)}",
                                   128 + signum, abandon=True)
 
             eval_returns = run_evaluation(evaluation, job, runner, stop, stopped)
+            stop.stop_at_once("stopped while writing the summaries; training and evaluation are finished, the "
+                              "checkpoint and metrics.csv written, summary.json perhaps not: write it with: "
+                              f"{resume_command(algorithm.script, run_dir.path, job.config.env)}")
             summarize(job, eval_returns, runner, history, run_dir, tracking, {**extra, "compile_s": compile_s})
     finally:  # the run directory is owned until the end
         if run_dir is not None:
