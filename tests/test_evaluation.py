@@ -20,6 +20,33 @@ def test_eval_of_one_agent_prints_its_line(finished_runs, capsys):
     assert len(lines) == 1 and lines[0].startswith(f"seed {summary['seeds'][1]} (index 1)")
 
 
+def test_a_signal_during_eval_or_its_gif_stops_at_once_saying_nothing_was_written(finished_runs, tmp_path, capsys,
+                                                                                   monkeypatch):
+    """--eval writes nothing but its gif, so a signal stops it at once: it said "with a checkpoint" while it was made,
+    and was not heard at all while the gif was drawn."""
+    import os
+    import signal
+
+    import ppo
+    from scanrl import envs
+    from scanrl.harness import cli
+
+    def signalled(function, signum):
+        return lambda *args, **kwargs: (os.kill(os.getpid(), signum), function(*args, **kwargs))[1]
+
+    monkeypatch.setattr(cli, "plan", signalled(cli.plan, signal.SIGTERM))
+    code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(eval=str(finished_runs["ppo"]), eval_episodes=1))
+    assert code == 128 + signal.SIGTERM and err == ["SIGTERM: the evaluation stopped; nothing was written"], err
+    monkeypatch.undo()
+    monkeypatch.setattr(envs, "record_episode", signalled(envs.record_episode, signal.SIGINT))
+    gif = tmp_path / "episode.gif"
+    code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(eval=str(finished_runs["ppo"]), eval_episodes=1,
+                                                                 gif=str(gif)))
+    assert code == 128 + signal.SIGINT and err == [f"SIGINT: stopped while drawing the episode; {gif} was not written "
+                                                   "(the returns above are the evaluation's)"], err
+    assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.slow
 def test_eval_sampled_plays_the_policy_training_acts_with(finished_runs, capsys):
     """--eval-sampled samples each action from the policy, as training does (the figure gymnax-blines and others
