@@ -143,6 +143,7 @@ def test_a_run_an_earlier_version_wrote_resumes_to_the_numbers_that_version_reco
     with open(run_dir / "metrics.csv") as got, open(data / "run_1bc5f3b.uninterrupted.csv") as expected:
         got, expected = list(csv.DictReader(got)), list(csv.DictReader(expected))
     assert len(got) == len(expected) == 8 and got[0].keys() == expected[0].keys()
+    assert list(got[0]) == list(expected[0])  # the run's own column order, not this version's (it was rewritten)
     for row, want in zip(got, expected, strict=True):
         exact = ("seed", "iteration", "env_steps", "episodes", "nonfinite")
         assert [row[k] for k in exact] == [want[k] for k in exact]
@@ -151,3 +152,24 @@ def test_a_run_an_earlier_version_wrote_resumes_to_the_numbers_that_version_reco
     summary, recorded = (json.loads(p.read_text()) for p in (run_dir / "summary.json",
                                                              data / "run_1bc5f3b.summary.json"))
     assert np.allclose(summary["final_return"], recorded["final_return"], rtol=1e-5)
+
+
+def test_a_run_written_before_a_field_existed_takes_the_only_value_it_had(tmp_path, capsys):
+    """Runs of 1bc5f3b have no cell (ppo_rnn.py) or optimizer (dqn_tabular_q.py): they were refused as edited or
+    damaged until given the value, which can only have been gru (adam). It is taken, and said."""
+    import dataclasses
+
+    import dqn_tabular_q
+    import ppo_rnn
+    from scanrl.harness.resume import read_run_config
+
+    for module, field, value in ((ppo_rnn, "cell", "gru"), (dqn_tabular_q, "optimizer", "adam")):
+        run_dir = tmp_path / module.__name__
+        run_dir.mkdir()
+        saved = {"algo": module.__name__, **dataclasses.asdict(module.Config())}
+        del saved[field]
+        (run_dir / "config.json").write_text(json.dumps(saved))
+        assert read_run_config(module.ALGORITHM, str(run_dir), "--resume")[field] == value
+        assert capsys.readouterr().out == (
+            f"--resume: {run_dir / 'config.json'} has no {field}: it was written before {module.__name__}.py had "
+            f"--{field}, so the run trained with --{field} {value}, the only value then\n")

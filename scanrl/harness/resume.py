@@ -16,6 +16,10 @@ import typing
 from scanrl.harness.checkpoints import Checkpoints
 from scanrl.harness.flags import LOGGING_FLAGS, ConfigError, flag
 
+# Fields a script gained after runs had been written, each with the one value it could then have had: a run without
+# it (config.json and checkpoints written before) trained with that value, and --resume and --eval take it.
+ADDED_FIELDS = {"ppo_rnn": {"cell": "gru"}, "dqn_tabular_q": {"optimizer": "adam"}}
+
 
 def read_run_config(algorithm, run_dir, which, command_env=None) -> dict:
     """The config.json of one of this script's run directories, as Config fields; ConfigError otherwise. `which`:
@@ -42,6 +46,11 @@ def read_run_config(algorithm, run_dir, which, command_env=None) -> dict:
     if unknown:
         raise ConfigError(f"{which}: {path} has fields {algorithm.script} does not know ({', '.join(unknown)}): it "
                           f"was written by another version of {algorithm.name}; use that version")
+    for key, value in ADDED_FIELDS.get(algorithm.name, {}).items():
+        if key not in saved:
+            saved[key] = value
+            print(f"{which}: {path} has no {key}: it was written before {algorithm.script} had {flag(key)}, so the "
+                  f"run trained with {flag(key)} {value}, the only value then")
     hints = typing.get_type_hints(algorithm.config)
     for key, value in saved.items():
         if not of_type(value, hints.get(key)):

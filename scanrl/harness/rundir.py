@@ -2,6 +2,7 @@
 over by --resume, owned (`files.RunLock`) until the run ends; its sweep points' folders and metrics.csv files. Only
 process 0 writes."""
 
+import csv
 import dataclasses
 import json
 import os
@@ -59,8 +60,9 @@ class RunDirectory:
 
     def open_metrics(self, keys, history=None):
         """Starts each point's metrics.csv; a resumed run's is rebuilt from `history` (its checkpoint's metrics),
-        whatever state the file was left in."""
-        self.metrics_csvs = [MetricsCsv(os.path.join(d, "metrics.csv"), keys, self.seeds(),
+        whatever state the file was left in, its columns in the file's order (an earlier version's may differ)."""
+        self.metrics_csvs = [MetricsCsv(os.path.join(d, "metrics.csv"), keys if history is None else
+                                        columns_kept(os.path.join(d, "metrics.csv"), keys), self.seeds(),
                                         None if history is None else point_rows(history, p, self.config.num_seeds),
                                         make_dir=self.sweep)
                              for p, d in enumerate(self.point_dirs)]
@@ -71,6 +73,22 @@ class RunDirectory:
     def append_metrics(self, first, metrics):
         for p, metrics_csv in enumerate(self.metrics_csvs):
             metrics_csv.append(first, point_rows(metrics, p, self.config.num_seeds))
+
+
+def columns_kept(path, keys) -> tuple:
+    """`keys` in the order of metrics.csv's header at `path` where it has these columns (a run an earlier version
+    wrote keeps its order when resumed), else `keys`, saying which columns change."""
+    try:
+        with open(path, newline="") as f:
+            header = next(csv.reader(f), [])[2:]  # after seed, iteration
+    except (OSError, csv.Error, UnicodeDecodeError):
+        return tuple(keys)
+    if sorted(header) == sorted(keys):
+        return tuple(header)
+    if header:
+        print(f"note: {path} is written again with this version's columns ({', '.join(keys)}); it had "
+              f"{', '.join(header)}")
+    return tuple(keys)
 
 
 def claim_run_directory(path, config_json) -> str:
