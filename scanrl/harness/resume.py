@@ -32,6 +32,9 @@ def read_run_config(algorithm, run_dir, which, command_env=None) -> dict:
         with open(path) as f:
             saved = json.load(f)
         name = saved.pop("algo")
+        if not isinstance(name, str):
+            raise TypeError
+        name = shown(name)
     except (OSError, ValueError, KeyError, AttributeError, TypeError):
         raise ConfigError(f"{which}: {path} is missing or unreadable; is {run_dir} a run directory of "
                           f"{algorithm.script}?") from None
@@ -102,8 +105,10 @@ def shown_type(hint) -> str:
 
 
 def shown(value) -> str:
-    """A JSON value as the command line writes it: [64, 64] -> "64 64"."""
-    return " ".join(map(str, value)) if isinstance(value, list) else str(value)
+    """A JSON value as the command line writes it: [64, 64] -> "64 64"; a string with a control character (a
+    newline would split the message's one line) as JSON writes it."""
+    text = " ".join(map(str, value)) if isinstance(value, list) else str(value)
+    return text if text.isprintable() else json.dumps(text)
 
 
 def as_json(values) -> dict:
