@@ -16,8 +16,12 @@ Each entry runs its script in a subprocess as a user would, and the run director
 
 An entry whose run directory holds summary.json is not run again; one whose run stopped before its summary (Ctrl-C,
 a kill) is continued with the script's `--resume`. A run directory made with another env, budget, seed count, seed or
-value of one of the entry's flags is refused (exit 2): delete it or choose another --out-dir. Run directories go to
-runs/learning/<suite>/ (git-ignored). Entries marked GPU-only are skipped, with a message, where JAX sees no GPU.
+value of one of the entry's flags is refused (exit 2): delete it or choose another --out-dir; so is a link at an
+entry's run directory (a script's --resume would follow it and train in the folder it points to). Run directories go
+to runs/learning/<suite>/ (git-ignored). Entries marked GPU-only are skipped, with a message, where JAX sees no GPU.
+SIGINT (Ctrl-C) or SIGTERM to the runner is passed on to the script it runs (in a process group of its own, so a
+Ctrl-C reaches it once), which stops where its chunk ends, with a checkpoint; the runner waits for it, then exits 1
+with one line, and the same command resumes it.
 
 A full run (neither --only nor --out-dir), or any run given --record, also writes the committed files: each finished
 run's record, benchmarks/results/records/<suite>/<entry>.json (its config, summary, wall time and binned curve, a few
@@ -35,9 +39,13 @@ scanrl.harness.files.replaced (atomic, never through a link planted at its name)
 A record also says where its numbers come from, written by the runner as it runs the entry: the commit and whether
 the tracked files differed from it, the script's exact command, the machine (CPU model and cores; GPU name and driver
 where nvidia-smi answers), the library versions and the seeds; summary.json keeps compile and training seconds apart.
+A finished run without these (one that ended with no runner waiting for it) is not recorded: one line says so.
 Records made before these were kept read as before, and the report shows "not recorded" for what they lack.
 `--verify ENTRY` trains the entry again from its record's command (`--verify-seeds N`: on N seeds) into
-runs/verify/<suite>/ and says in one line whether the new eval IQM falls inside the record's interval.
+runs/verify/<suite>/ and says in one line whether the new eval IQM falls inside the record's interval. The command is
+never run as written (records are committed, and CI verifies): it is read as the entry's own script, run by this
+Python, and that script's flags, each value its record's config's; another program, an unknown flag or a shell
+metacharacter is refused (exit 2) before anything runs, as is a record without an interval to check against.
 
 The report comes with, per algorithm, learning_<suite>_<algo>_curves.png (IQM of the episode return over seeds
 against env steps, 95% band, one panel per env) and learning_<suite>_<algo>_profile.png (the fraction of runs above
@@ -55,7 +63,7 @@ import tyro
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.suite import repository  # noqa: E402
-from benchmarks.suite.entries import SuiteError, check_entries, load_suite_file, select  # noqa: E402
+from benchmarks.suite.entries import SuiteError, SuiteStopped, check_entries, load_suite_file, select  # noqa: E402
 from benchmarks.suite.report import report_path, write_report  # noqa: E402
 from benchmarks.suite.repository import shown  # noqa: E402
 from benchmarks.suite.runner import run_entries  # noqa: E402
@@ -101,13 +109,18 @@ class Args:
     whether the new eval IQM falls inside the record's 95% interval, and how long it took beside the record's time;
     exit 0 inside, 1 outside. Writes no committed file"""
     verify_seeds: int | None = None
-    """with --verify: this many seeds (--seed upward) instead of the record's"""
+    """with --verify: this many seeds (--seed upward, a positive integer) instead of the record's"""
 
 
 def check_args(args):
-    """SuiteError for --random-episodes below 1 (a table of nan) and an --out-dir that is, or lies in, a file."""
+    """SuiteError for --random-episodes below 1 (a table of nan), --verify-seeds below 1 or without --verify, and an
+    --out-dir that is, or lies in, a file."""
     if args.random_episodes < 1:
         raise SuiteError(f"--random-episodes must be a positive integer, got {args.random_episodes}")
+    if args.verify_seeds is not None and args.verify_seeds < 1:
+        raise SuiteError(f"--verify-seeds must be a positive integer, got {args.verify_seeds}")
+    if args.verify_seeds is not None and args.verify is None:
+        raise SuiteError("--verify-seeds is the seed count of --verify ENTRY: give --verify too")
     if args.out_dir is not None:
         existing = os.path.abspath(args.out_dir)
         while not os.path.exists(existing):
@@ -150,6 +163,9 @@ def main(args: Args) -> int:
     except SuiteError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except SuiteStopped as stop:
+        print(f"error: {stop}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted: run the same command again to go on (finished entries are kept, the stopped one "
               "resumes); the report was not rewritten", file=sys.stderr)

@@ -10,7 +10,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
+import sys
+import threading
+import time
 import types
 
 import numpy as np
@@ -19,7 +23,7 @@ import scipy.stats
 import tyro
 
 from benchmarks import learning
-from benchmarks.suite import plots, repository, runner
+from benchmarks.suite import plots, repository, runner, verify
 from benchmarks.suite.entries import (
     SCORE_RANGES,
     SCRIPT_ALGO,
@@ -57,6 +61,15 @@ def fake_run(out_dir, e: Entry, eval_return, final_return, metrics):
                "train_s": 12.0, "final_return": final_return, "eval_return": eval_return}
     (run_dir / "summary.json").write_text(json.dumps(summary))
     return run_dir
+
+
+def runner_notes(e: Entry, **changes):
+    """The runner's notes of a run it finished (MACHINE_FILE): the machine and where the numbers come from."""
+    return {"machine": {"cpu": "a CPU", "cores": 2, "backend": "cpu", "devices": ["cpu"], "jax": "0", "python": "3"},
+            "commit": "0" * 40, "dirty": False, "versions": {"jax": "0"},
+            "command": (f"python {e.script} --env {e.env} --total-timesteps {e.total_timesteps} --num-seeds "
+                        f"{e.num_seeds} --seed {e.seed} --out-dir runs/learning/fake --run-name {e.name}"),
+            "seeds": list(range(e.seed, e.seed + e.num_seeds)), "wall_s": 20.0, **changes}
 
 
 def curve_rows(num_seeds, iterations=6):
@@ -307,7 +320,7 @@ def test_a_record_stands_for_its_run_directory(fabricated, tmp_path, capsys):
     nothing that has a record."""
     out_dir, entries = fabricated
     records = tmp_path / "records"
-    (out_dir / "ppo-cart" / MACHINE_FILE).write_text(json.dumps({"wall_s": 20.0}))
+    (out_dir / "ppo-cart" / MACHINE_FILE).write_text(json.dumps(runner_notes(entries[0])))
     for e in entries[:3]:
         write_record(e, str(out_dir / e.name), str(records))
     assert sorted(os.listdir(records)) == ["dqn-breakout.json", "ppo-breakout.json", "ppo-cart.json"]
@@ -335,7 +348,7 @@ def test_a_record_stands_for_its_run_directory(fabricated, tmp_path, capsys):
     assert run_entries(entries[:3], str(gone), str(records)) == []
     assert capsys.readouterr().out.count("not rerun") == 3 and stamps == {p: p.stat().st_mtime_ns for p in
                                                                            records.iterdir()}
-    # A finished run directory without a record (run before records were kept) is recorded, not rerun.
+    # A finished run directory without a record (its record deleted) is recorded, not rerun.
     (records / "ppo-cart.json").unlink()
     assert run_entries(entries[:1], str(out_dir), str(records)) == []
     assert "ppo-cart: recorded in" in capsys.readouterr().out and (records / "ppo-cart.json").exists()
@@ -376,6 +389,9 @@ def test_cli_only_leaves_the_committed_report_alone(run_script, fabricated, tmp_
     (dict(random_scores=True, random_episodes=0), "error: --random-episodes must be a positive integer, got 0"),
     (dict(out_dir="a-file/runs"), "error: --out-dir a-file/runs: {tmp}/a-file is a file, not a directory; choose "
                                   "another --out-dir"),
+    (dict(verify="ppo-CartPole-v1", verify_seeds=0), "error: --verify-seeds must be a positive integer, got 0"),
+    (dict(verify="ppo-CartPole-v1", verify_seeds=-3), "error: --verify-seeds must be a positive integer, got -3"),
+    (dict(verify_seeds=2), "error: --verify-seeds is the seed count of --verify ENTRY: give --verify too"),
 ])
 def test_bad_arguments_exit_2_with_one_line_before_anything_runs(flags, message, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -419,6 +435,7 @@ def test_committed_files_are_written_only_when_asked_and_name_no_machine_path(fa
         config = json.loads((runs / e.name / "config.json").read_text())
         config.update(out_dir=str(runs), resume=str(runs / e.name), gif=None)
         (runs / e.name / "config.json").write_text(json.dumps(config))
+        (runs / e.name / MACHINE_FILE).write_text(json.dumps(runner_notes(e)))
     suite = write_suite(tmp_path / "tiny.json", *entries[:3])
     results = repo / "benchmarks" / "results"
 
@@ -463,16 +480,17 @@ def test_the_runner_writes_no_file_through_a_planted_link(tmp_path, monkeypatch)
         link.symlink_to(victim)
 
     class Script:  # the script's run: it finishes and exits 0
-        def __init__(self, cmd, cwd=None):
+        def __init__(self, cmd, **kwargs):
             (run_dir / "summary.json").write_text(summary)
 
-        def wait(self):
+        def wait(self, timeout=None):
             return 0
 
     def evaluated(cmd, **kwargs):  # the script's --eval --eval-sampled
         return subprocess.CompletedProcess(cmd, 0, "seed 0 (index 0): mean 1.5\nseed 1 (index 1): mean 2.5\n", "")
 
-    monkeypatch.setattr(runner, "subprocess", types.SimpleNamespace(Popen=Script, run=evaluated))
+    monkeypatch.setattr(runner, "subprocess", types.SimpleNamespace(Popen=Script, run=evaluated,
+                                                                    TimeoutExpired=subprocess.TimeoutExpired))
     monkeypatch.setattr(runner, "machine", lambda: {"cpu": "a CPU", "cores": 2, "backend": "cpu",
                                                       "devices": ["cpu"], "jax": "0", "python": "3"})
     monkeypatch.setattr(plots, "CURVE_REPS", 50)
@@ -580,3 +598,200 @@ def test_verify_without_a_record_exits_2_with_one_line(tmp_path, capsys):
     assert learning.main(args) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("error: --verify ppo-CartPole-v1: no record at ") and "nothing to check against" in line
+
+
+def no_script_runs(monkeypatch):
+    """Fails the test if the runner or a verification starts any process (a script, the JAX probe)."""
+    def refused(*args, **kwargs):
+        raise AssertionError(f"a process was started: {args}")
+
+    monkeypatch.setattr(runner, "subprocess", types.SimpleNamespace(Popen=refused, run=refused))
+    monkeypatch.setattr(verify, "run_passing_signals", refused)
+
+
+def test_a_link_at_an_entrys_run_directory_is_refused(fabricated, tmp_path, monkeypatch, capsys):
+    """A script's --resume follows a link by design: the suite never resumes (or records) a run through a link it
+    did not make, where it would train in the folder it points to. One line naming it, nothing run or written."""
+    out_dir, entries = fabricated
+    elsewhere = tmp_path / "elsewhere"  # a stopped run of the same settings, outside the suite's folder
+    shutil.move(out_dir / "ppo-cart", elsewhere)
+    (elsewhere / "summary.json").unlink()
+    before = sorted(os.listdir(elsewhere))
+    (out_dir / "ppo-cart").symlink_to(elsewhere)
+    no_script_runs(monkeypatch)
+    suite = write_suite(tmp_path / "tiny.json", entries[0])
+    args = learning.Args(suite_file=suite, out_dir=str(out_dir), results=str(tmp_path / "learning.md"))
+    assert learning.main(args) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (f"error: {out_dir}/ppo-cart is a link (to {elsewhere}), not a run directory the suite made: it "
+                    "never resumes or records a run through a link; remove the link (what it points to is left "
+                    "alone), or choose another --out-dir")
+    assert sorted(os.listdir(elsewhere)) == before and not (tmp_path / "learning.md").exists()
+
+
+def test_a_finished_run_without_the_runners_notes_is_not_recorded(fabricated, tmp_path, capsys):
+    """A run that finished with no runner waiting for it (the runner stopped first) has no commit, command or machine:
+    it is never recorded without them (one line; the entry fails), and no record is written."""
+    out_dir, entries = fabricated
+    records = tmp_path / "records"
+    assert run_entries(entries[:1], str(out_dir), str(records)) == ["ppo-cart"]
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f'[1/1] ppo-cart: not recorded: {out_dir}/ppo-cart/{MACHINE_FILE} has no "commit" or "command" or "machine" '
+        f"(the runner writes them as it runs the entry); delete {out_dir}/ppo-cart to run ppo-cart again")
+    assert not records.exists()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+def test_a_signal_to_the_runner_is_passed_on_to_its_script(signum, tmp_path, monkeypatch, capfd):
+    """SIGINT or SIGTERM sent to the runner alone reaches the script it runs, once (the script runs in a process
+    group of its own: a Ctrl-C at the terminal reaches it through the runner only); the runner waits for it to stop,
+    then exits 1 with one line, and writes nothing of the run."""
+    script = tmp_path / "script.py"  # stops on the signal, as the scripts do where a chunk ends, and says how to go on
+    script.write_text(
+        "import os, signal, sys, time\n"
+        "run_dir = os.path.join(sys.argv[sys.argv.index('--out-dir') + 1], sys.argv[-1])\n"
+        "def stop(signum, frame):\n"
+        "    with open(os.path.join(run_dir, 'stopped'), 'a') as f:\n"
+        "        f.write(signal.Signals(signum).name + '\\n')\n"
+        "    print(f'{signal.Signals(signum).name}: stopped; continue with --resume', file=sys.stderr)\n"
+        "    sys.exit(1)\n"
+        "signal.signal(signal.SIGINT, stop)\n"
+        "signal.signal(signal.SIGTERM, stop)\n"
+        "os.makedirs(run_dir)\n"
+        "with open(os.path.join(run_dir, 'started'), 'w') as f:\n"
+        "    f.write(str(os.getpgid(0)))\n"
+        "time.sleep(60)\n")
+    e = entry("ppo-cart", "ppo", str(script), "CartPole-v1", 1000, 2)
+    out_dir, results = tmp_path / "runs", tmp_path / "learning.md"
+    monkeypatch.setattr(runner, "machine", lambda: {"cpu": "a CPU", "cores": 2, "backend": "cpu", "jax": "0"})
+
+    def signal_the_runner():
+        started = out_dir / e.name / "started"
+        for _ in range(600):
+            if started.exists() and started.read_text():
+                break
+            time.sleep(0.05)
+        os.kill(os.getpid(), signum)  # to this process alone: the runner
+
+    threading.Thread(target=signal_the_runner, daemon=True).start()
+    args = learning.Args(suite_file=write_suite(tmp_path / "tiny.json", e), out_dir=str(out_dir), results=str(results))
+    assert learning.main(args) == 1
+    captured = capfd.readouterr()
+    name = signum.name
+    assert f"[1/1] ppo-cart: {name} passed on to the script: it stops where its chunk ends" in captured.out
+    assert captured.err.strip().splitlines()[-1] == (
+        f"error: {name}: ppo-cart stopped (exit 1) with the checkpoints it wrote; run the same command again to "
+        "resume it (finished entries are kept); the report was not rewritten")
+    assert (out_dir / e.name / "stopped").read_text() == f"{name}\n"
+    assert int((out_dir / e.name / "started").read_text()) != os.getpgid(0)
+    assert not (out_dir / e.name / MACHINE_FILE).exists() and not results.exists()
+
+
+def verify_case(fabricated, tmp_path, command=None, **changes):
+    """A suite file and a records folder holding ppo-cart's record, made with `command` (else runner_notes'), its
+    run's notes changed by `changes` ({"summary": {...}} changes its summary); -> (suite file, records, record)."""
+    out_dir, entries = fabricated
+    e, run_dir, records = entries[0], out_dir / entries[0].name, tmp_path / "records"
+    config = json.loads((run_dir / "config.json").read_text())
+    (run_dir / "config.json").write_text(json.dumps({**config, "num_envs": 8, "anneal_lr": False,
+                                                     "learning_rate": 0.0005, "out_dir": "runs/learning/fake",
+                                                     "sweep": []}))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (run_dir / "summary.json").write_text(json.dumps({**summary, **changes.pop("summary", {})}))
+    notes = runner_notes(e, **changes)
+    notes["command"] = notes["command"] if command is None else command
+    (run_dir / MACHINE_FILE).write_text(json.dumps(notes))
+    write_record(e, str(run_dir), str(records))
+    return write_suite(tmp_path / "tiny.json", e), records, records / "ppo-cart.json"
+
+
+# ppo-cart's command as the runner records it (runner_notes')
+PPO_CART = ("python ppo.py --env CartPole-v1 --total-timesteps 1000 --num-seeds 5 --seed 0 --out-dir "
+            "runs/learning/fake --run-name ppo-cart")
+
+
+def test_verify_runs_the_entrys_own_script_with_the_records_flags(fabricated, tmp_path, monkeypatch, capsys):
+    """The record's command is read, never run as written: the entry's script, run by this Python, with its flags
+    (--no-x booleans, --x=v), --num-seeds, --out-dir and --run-name set where the command had them."""
+    flags = " --num-envs 8 --no-anneal-lr --learning-rate=5e-4"
+    suite, records, _ = verify_case(fabricated, tmp_path, PPO_CART + flags)
+    ran = []
+
+    def trained(cmd, head):
+        ran.append(cmd)
+        run_dir = tmp_path / "verify" / cmd[cmd.index("--run-name") + 1]
+        run_dir.mkdir(parents=True)
+        (run_dir / "summary.json").write_text(json.dumps({"eval_return": [250.0, 260.0], "seeds": [0, 1]}))
+        return 0, None
+
+    monkeypatch.setattr(verify, "run_passing_signals", trained)
+    args = learning.Args(suite_file=suite, verify="ppo-cart", verify_seeds=2, records=str(records),
+                         out_dir=str(tmp_path / "verify"))
+    assert learning.main(args) == 0
+    ((python, *words),) = ran
+    run_name = words[words.index("--run-name") + 1]
+    assert python == sys.executable and run_name.startswith("ppo-cart-")
+    assert words == ["ppo.py", "--env", "CartPole-v1", "--total-timesteps", "1000", "--num-seeds", "2", "--seed", "0",
+                     "--out-dir", str(tmp_path / "verify"), "--run-name", run_name, "--num-envs", "8",
+                     "--no-anneal-lr", "--learning-rate", "5e-4"]
+    assert "verify ppo-cart: PASS: eval IQM 255 over seeds 0, 1 is inside" in capsys.readouterr().out
+
+
+REFUSED_COMMANDS = [
+    ('python -c "import os; os.system(\'touch pwned\')"', "it does not run ppo.py but python -c;"),
+    ("python dqn_tabular_q.py" + PPO_CART.removeprefix("python ppo.py"), "it does not run ppo.py but python dqn_"),
+    ("bash ppo.py" + PPO_CART.removeprefix("python ppo.py"), "it does not run ppo.py but bash ppo.py;"),
+    (PPO_CART.replace("--env", "-c x --env"), "'-c' is not a flag"),
+    (PPO_CART + " -c x", "--run-name takes one value, got ppo-cart -c x"),
+    (PPO_CART + " --bogus 1", "--bogus is not a flag of the script"),
+    (PPO_CART + " --num-envs", "--num-envs has no value"),
+    (PPO_CART + " --no-anneal-lr yes", "--no-anneal-lr takes no value, got yes"),
+    (PPO_CART + " --seed 1", "--seed is given twice"),
+    (PPO_CART.replace("CartPole-v1", "'CartPole-v1;touch pwned'"), "it gives --env 'CartPole-v1;touch pwned': a "
+                                                                    "space, quote or shell metacharacter"),
+    (PPO_CART.replace("CartPole-v1", "evil.py:env"), "it gives --env evil.py:env, its config 'CartPole-v1': the "
+                                                     "command did not make this record"),
+    (PPO_CART + " --gamma 0.5", "it gives --gamma 0.5, a setting its config does not hold"),
+    (PPO_CART + " --resume runs/learning/fake/ppo-cart", "it gives --resume, which a verification never takes"),
+    (PPO_CART + " --track", "it gives --track, which a verification never takes"),
+    (PPO_CART + " --num-envs '8", "No closing quotation"),
+    (PPO_CART.replace(" --run-name ppo-cart", ""), "it has no --run-name, which every command the runner records"),
+]
+
+
+@pytest.mark.parametrize("command, wrong", REFUSED_COMMANDS)
+def test_verify_refuses_a_command_other_than_the_entrys_script(fabricated, tmp_path, monkeypatch, capsys, command,
+                                                                 wrong):
+    """Records are committed JSON and CI runs --verify: another program, `-c`, an unknown flag, a value the record's
+    config does not hold, a shell metacharacter or a flag that would not train a new run is refused before anything
+    runs, in one line naming the record."""
+    suite, records, path = verify_case(fabricated, tmp_path, command)
+    no_script_runs(monkeypatch)
+    args = learning.Args(suite_file=suite, verify="ppo-cart", records=str(records), out_dir=str(tmp_path / "v"))
+    assert learning.main(args) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: {path}: its command is refused, nothing was run (") and wrong in line, line
+    assert line.endswith("): delete the record, or fix its command") and not (tmp_path / "v").exists()
+
+
+@pytest.mark.parametrize("changes, wrong", [
+    (dict(summary={"eval_return": [None] * 5}), "no seed has an eval return, so the record has no interval to check "
+                                                "against: delete it to run ppo-cart again"),
+    (dict(wall_s="20 s"), 'cannot be read ("run.wall_s" is a string, not a number)'),
+    (dict(wall_s=float("inf")), 'cannot be read ("run.wall_s" is Infinity, not a number)'),
+    (dict(summary={"eval_return": [1.0, float("nan"), 2.0, 3.0, 4.0]}),
+     'cannot be read ("summary.eval_return" holds NaN, not only numbers (or null))'),
+    (dict(summary={"num_seeds": 0}), 'cannot be read ("summary.num_seeds" is a number, not a positive integer)'),
+    (dict(machine={"cpu": "a CPU", "cores": "two", "jax": "0"}),
+     'cannot be read ("run.machine.cores" is a string, not a positive integer)'),
+])
+def test_verify_checks_every_record_field_before_training(fabricated, tmp_path, monkeypatch, capsys, changes, wrong):
+    """A damaged record (no finite eval return, hence no interval; a string or non-finite number; a count of 0) is
+    refused in one line naming it before anything trains, not with a traceback after training the entry again."""
+    suite, records, path = verify_case(fabricated, tmp_path, **changes)
+    no_script_runs(monkeypatch)
+    args = learning.Args(suite_file=suite, verify="ppo-cart", records=str(records), out_dir=str(tmp_path / "v"))
+    assert learning.main(args) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: {path}") and wrong in line, line
+    assert not (tmp_path / "v").exists()

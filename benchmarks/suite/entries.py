@@ -60,6 +60,11 @@ class SuiteError(Exception):
     """A suite, a name or a run directory that cannot be used: one line, exit 2."""
 
 
+class SuiteStopped(Exception):
+    """A script's run that SIGINT or SIGTERM stopped (the runner passed the signal on and waited for the script to
+    stop with its checkpoint): one line, exit 1."""
+
+
 # Normalisation per env: (low, high, where high comes from). low: a uniformly random policy's mean return over 1,000
 # episodes, measured with `python benchmarks/learning.py --suite full --random-scores` (seed 0, 2026-11-24; Brax
 # HalfCheetah over 100 episodes, `--random-episodes 100`; Craftax-Classic over 200, `--only

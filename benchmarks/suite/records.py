@@ -5,6 +5,7 @@ is refused in one line (SuiteError), never skipped."""
 
 import csv
 import json
+import math
 import os
 
 import numpy as np
@@ -64,12 +65,32 @@ def check_config(e: Entry, config: dict, where):
 
 
 def read_json(run_dir, name) -> dict:
-    """A JSON file of a run directory; {} where there is none."""
+    """A JSON object of a run directory; {} where there is none; SuiteError (one line naming it) if it cannot be read
+    or holds no object."""
     path = os.path.join(run_dir, name)
     if not os.path.exists(path):
         return {}
-    with open(path) as f:
-        return json.load(f)
+    try:
+        with open(path) as f:
+            value = json.load(f)
+    except (OSError, ValueError) as error:
+        value, problem = None, str(error)
+    else:
+        problem = None if isinstance(value, dict) else f"it holds {_kind(value)}, not an object"
+    if problem:
+        raise SuiteError(f"{shown(path)} cannot be read ({problem}): delete {shown(run_dir)} to run it again")
+    return value
+
+
+# What a record says of where its numbers come from (MACHINE_FILE's, as the runner writes them): a record is never
+# written without them. "commit" is null outside a git checkout.
+PROVENANCE = ("commit", "command", "machine")
+
+
+def lacking_provenance(notes: dict) -> str | None:
+    """The PROVENANCE keys that the runner's notes of a run lack, as a message names them; None if none."""
+    lacking = [key for key in PROVENANCE if key not in notes or (key != "commit" and not notes[key])]
+    return " or ".join(f'"{key}"' for key in lacking) or None
 
 
 def read_curve(run_dir, points=CURVE_POINTS):
@@ -117,24 +138,82 @@ def write_record(e: Entry, run_dir, records) -> str:
 
 
 def _kind(value) -> str:
-    """A JSON value's kind, as a message names it."""
+    """A JSON value's kind, as a message names it (NaN and Infinity by name: JSON readers let them through)."""
     if isinstance(value, bool):
         return "a boolean"
+    if isinstance(value, float) and not math.isfinite(value):
+        return json.dumps(value)
     return {dict: "an object", list: "a list", str: "a string", type(None): "null", int: "a number",
             float: "a number"}.get(type(value), type(value).__name__)
 
 
 def _number(value, null=False) -> bool:
-    return (null and value is None) or (isinstance(value, (int, float)) and not isinstance(value, bool))
+    """A finite number (or, with `null`, None): NaN and Infinity are no number a record can hold."""
+    if null and value is None:
+        return True
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _numbers(value, null=False) -> bool:
     return isinstance(value, list) and all(_number(v, null) for v in value)
 
 
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _integers(value) -> bool:
+    return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+
+
+def _strings(value) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _is(kind):
+    return lambda value: isinstance(value, kind)
+
+
+# A record's fields that the runner, the report and --verify read, as (key, required, kind, check): a required key must
+# be there (null only where its check allows); another may be absent or null (a record made before it was kept).
+SUMMARY_FIELDS = (("eval_return", True, "a list of numbers (or null)", lambda v: _numbers(v, null=True)),
+                  ("final_return", True, "a list of numbers (or null)", lambda v: _numbers(v, null=True)),
+                  ("num_seeds", True, "a positive integer", _count),
+                  ("env_steps", True, "a number", _number),
+                  ("train_s", True, "a number (or null)", lambda v: _number(v, null=True)),
+                  ("compile_s", True, "a number (or null)", lambda v: _number(v, null=True)),
+                  ("seeds", False, "a list of integers", _integers),
+                  ("resumed_after_iteration", False, "a number", _number))
+MACHINE_FIELDS = (("cpu", True, "a string", _is(str)), ("cores", True, "a positive integer", _count),
+                  ("jax", True, "a string", _is(str)), ("backend", False, "a string", _is(str)),
+                  ("devices", False, "a list of strings", _strings), ("python", False, "a string", _is(str)),
+                  ("gpus", False, "a list of objects", lambda v: isinstance(v, list) and all(map(_is(dict), v))))
+RUN_FIELDS = (("machine", False, "an object", _is(dict)), ("commit", False, "a string", _is(str)),
+              ("dirty", False, "a boolean", _is(bool)), ("command", False, "a string", _is(str)),
+              ("versions", False, "an object of strings",
+               lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values())),
+              ("seeds", False, "a list of integers", _integers), ("wall_s", False, "a number", _number),
+              ("resumed", False, "a boolean", _is(bool)), ("finished", False, "a string", _is(str)))
+
+
+def fields_problem(where, value: dict, fields) -> str | None:
+    """What is wrong with the `fields` of the object at `where` (a record's "summary", ...); None if nothing."""
+    for key, required, kind, ok in fields:
+        if key not in value or (value[key] is None and not required):
+            if required:
+                return f'"{where}" has no "{key}"'
+            continue
+        if not ok(value[key]):
+            if isinstance(value[key], list) and kind.startswith("a list of "):
+                bad = next((v for v in value[key] if not ok([v])), value[key])
+                return f'"{where}.{key}" holds {_kind(bad)}, not only {kind.removeprefix("a list of ")}'
+            return f'"{where}.{key}" is {_kind(value[key])}, not {kind}'
+    return None
+
+
 def record_problem(record) -> str | None:
-    """What keeps a parsed record from being read (the fields the runner and the report use), in a few words; None
-    if nothing does. Keys beyond these are let be."""
+    """What keeps a parsed record from being read (each field the runner, the report and --verify use, its kind and
+    that its numbers are finite), in a few words; None if nothing does. Keys beyond these are let be."""
     if not isinstance(record, dict):
         return f"it holds {_kind(record)}, not an object"
     for key in ("config", "summary", "run", "curve"):
@@ -143,35 +222,15 @@ def record_problem(record) -> str | None:
         if not isinstance(record[key], dict):
             return f'"{key}" is {_kind(record[key])}, not an object'
     summary, run, curve = record["summary"], record["run"], record["curve"]
-    if summary:  # {}: a run that never finished, read as no record
-        for key in ("eval_return", "final_return"):
-            if key not in summary:
-                return f'"summary" has no "{key}"'
-            if not _numbers(summary[key], null=True):
-                return (f'"summary.{key}" is {_kind(summary[key])}, not a list of numbers' if not
-                        isinstance(summary[key], list) else f'"summary.{key}" holds other than numbers (or null)')
-        for key, null in (("num_seeds", False), ("env_steps", False), ("train_s", True), ("compile_s", True)):
-            if not _number(summary.get(key), null):
-                return f'"summary" has no "{key}"' if key not in summary else \
-                    f'"summary.{key}" is {_kind(summary[key])}, not a number'
-    machine = run.get("machine")
-    if machine:
-        if not isinstance(machine, dict):
-            return f'"run.machine" is {_kind(machine)}, not an object'
-        for key in ("cpu", "cores", "jax"):
-            if key not in machine:
-                return f'"run.machine" has no "{key}"'
-    for key, kind, ok in (("commit", "a string", lambda v: isinstance(v, str)),
-                          ("dirty", "a boolean", lambda v: isinstance(v, bool)),
-                          ("command", "a string", lambda v: isinstance(v, str)),
-                          ("versions", "an object", lambda v: isinstance(v, dict)),
-                          ("seeds", "a list of numbers", _numbers)):
-        if run.get(key) is not None and not ok(run[key]):  # absent or null: a record made before they were kept
-            return f'"run.{key}" is {_kind(run[key])}, not {kind}'
+    problem = (summary and fields_problem("summary", summary, SUMMARY_FIELDS)  # {}: a run that never finished
+               or fields_problem("run", run, RUN_FIELDS)
+               or run.get("machine") and fields_problem("run.machine", run["machine"], MACHINE_FIELDS))
+    if problem:
+        return problem
     sampled = run.get("sampled_eval")
-    if sampled is not None and not (isinstance(sampled, dict) and _number(sampled.get("episodes"))
+    if sampled is not None and not (isinstance(sampled, dict) and _count(sampled.get("episodes"))
                                     and _numbers(sampled.get("per_seed"))):
-        return '"run.sampled_eval" is not {"episodes": a number, "per_seed": a list of numbers}'
+        return '"run.sampled_eval" is not {"episodes": a positive integer, "per_seed": a list of numbers}'
     steps, rows = curve.get("env_steps"), curve.get("episode_return")
     if not _numbers(steps):
         return '"curve.env_steps" is not a list of numbers'

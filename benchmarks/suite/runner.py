@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -15,8 +16,8 @@ import time
 from scanrl.harness.files import replaced
 
 from . import repository
-from .entries import Entry
-from .records import MACHINE_FILE, check_config, read_json, read_record, record_path, write_record
+from .entries import Entry, SuiteError, SuiteStopped
+from .records import MACHINE_FILE, check_config, lacking_provenance, read_json, read_record, record_path, write_record
 from .repository import portable, shown
 
 
@@ -89,7 +90,13 @@ def shown_command(cmd) -> str:
 
 
 def check_run_dir(e: Entry, run_dir):
-    """SuiteError if an existing run directory was made for other settings than the entry's."""
+    """SuiteError if the entry's run directory is a link, or an existing one was made for other settings than the
+    entry's. The suite never resumes, evaluates or records a run through a link it did not make: a script's --resume
+    follows one by design, and would train in the folder it points to."""
+    if os.path.islink(run_dir):
+        raise SuiteError(f"{shown(run_dir)} is a link (to {os.readlink(run_dir)}), not a run directory the suite "
+                         f"made: it never resumes or records a run through a link; remove the link (what it points "
+                         f"to is left alone), or choose another --out-dir")
     try:
         with open(os.path.join(run_dir, "config.json")) as f:
             config = json.load(f)
@@ -111,10 +118,7 @@ def evaluate_sampled(e: Entry, run_dir, head) -> bool:
     """Adds the final policies' returns with actions sampled (`--eval-sampled`, `e.sampled_episodes` episodes per
     seed) to the run's MACHINE_FILE, unless it holds them already or the entry asks for none; False if it failed."""
     path = os.path.join(run_dir, MACHINE_FILE)
-    run = {}
-    if os.path.exists(path):
-        with open(path) as f:
-            run = json.load(f)
+    run = read_json(run_dir, MACHINE_FILE)
     if e.sampled_episodes <= 0 or run.get("sampled_eval", {}).get("episodes") == e.sampled_episodes:
         return True
     cmd = [sys.executable, e.script, "--eval", run_dir, "--eval-sampled", "--eval-episodes", str(e.sampled_episodes)]
@@ -133,13 +137,93 @@ def evaluate_sampled(e: Entry, run_dir, head) -> bool:
     return True
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def run_passing_signals(cmd, head) -> tuple[int, signal.Signals | None]:
+    """Runs a script's command line to its end, passing SIGINT and SIGTERM on to it: -> (its exit code, the first
+    signal passed on, or None). The script runs in a process group of its own, so a Ctrl-C at the terminal reaches it
+    once, through this process, as a signal sent to this process alone does: the scripts stop where a chunk ends, with
+    a checkpoint (a second signal: at once), and nothing trains on with no one waiting for it."""
+    received = []
+    previous = {s: signal.signal(s, lambda signum, frame: received.append(signum)) for s in STOP_SIGNALS}
+    try:
+        process = subprocess.Popen(cmd, cwd=repository.ROOT, process_group=0)
+        passed = 0
+        while True:
+            for signum in received[passed:]:  # passed on here, not in the handler: each once, to a started script
+                process.send_signal(signum)
+                if not passed:
+                    name = signal.Signals(signum).name
+                    print(f"{head}: {name} passed on to the script: it stops where its chunk ends, with a checkpoint "
+                          f"({name} again: at once)", flush=True)
+                passed += 1
+            try:
+                code = process.wait(timeout=0.1)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return code, signal.Signals(received[0]) if received else None
+
+
+def train_entry(e: Entry, out_dir, run_dir, head, this_machine) -> bool:
+    """Runs the entry's script (fresh, or --resume where its run stopped) and, once it has finished, writes the
+    runner's notes beside it (MACHINE_FILE: the machine, where the numbers come from, the wall time); -> whether it
+    finished. SuiteStopped where SIGINT or SIGTERM came (passed on to the script), once the script has ended."""
+    cmd = command(e, out_dir, run_dir)
+    resumed = "--resume" in cmd
+    print(f"{head}: {'resuming' if resumed else 'running'}: python {' '.join(cmd[1:])}", flush=True)
+    # The fresh command is the entry's, also when this invocation resumes it (--resume RUN_DIR names no setting).
+    origin = provenance(command(e, out_dir, run_dir, fresh=True))
+    start = time.perf_counter()
+    code, stop = run_passing_signals(cmd, head)
+    wall_s = time.perf_counter() - start
+    finished = code == 0 and os.path.exists(os.path.join(run_dir, "summary.json"))
+    if stop and not finished:
+        raise SuiteStopped(f"{stop.name}: {e.name} stopped (exit {code}) with the checkpoints it wrote; run the same "
+                           "command again to resume it (finished entries are kept); the report was not rewritten")
+    if not finished:
+        print(f"{head}: failed (exit {code}); run this script again to resume it", flush=True)
+        return False
+    notes = {"machine": this_machine, **origin, "seeds": list(range(e.seed, e.seed + e.num_seeds)), "wall_s": wall_s,
+             "resumed": resumed, "finished": datetime.datetime.now().isoformat(timespec="seconds")}
+    try:
+        with replaced(os.path.join(run_dir, MACHINE_FILE)) as f:
+            json.dump(notes, f, indent=2)
+    except OSError as error:
+        print(f"{head}: failed: cannot write {shown(os.path.join(run_dir, MACHINE_FILE))} ({error.strerror or error})"
+              ", so it cannot be recorded", flush=True)
+        return False
+    print(f"{head}: done in {wall_s:.0f} s", flush=True)
+    if stop:  # it finished as the signal came: what is left (a sampled evaluation, the record) waits for a rerun
+        raise SuiteStopped(f"{stop.name}: it came as {e.name} finished, which is kept; run the same command again to "
+                           "go on (it records it, then runs the entries after it); the report was not rewritten")
+    return True
+
+
+def record_run(e: Entry, run_dir, records, head) -> bool:
+    """Writes a finished run's record, and says where; False, with one line and nothing written, where its run
+    directory lacks the runner's notes of where its numbers come from (a run that finished with no runner waiting for
+    it): a record never goes without them."""
+    lacking = lacking_provenance(read_json(run_dir, MACHINE_FILE))
+    if lacking:
+        print(f"{head}: not recorded: {shown(os.path.join(run_dir, MACHINE_FILE))} has no {lacking} (the runner "
+              f"writes them as it runs the entry); delete {shown(run_dir)} to run {e.name} again", flush=True)
+        return False
+    print(f"{head}: recorded in {shown(write_record(e, run_dir, records))}", flush=True)
+    return True
+
+
 def run_entries(entries, out_dir, records=None, write_records=True) -> list[str]:
     """Runs each entry that has neither a summary.json nor a record in `records` yet (fresh or resumed), recording
     each finished run there (None: none; `write_records` False: the records are read, not written); -> the names
-    that failed."""
+    that failed. SuiteStopped where SIGINT or SIGTERM stopped a run (passed on to its script)."""
     os.makedirs(out_dir, exist_ok=True)
-    for e in entries:  # refuse a mismatched directory or record before spending time on any run
-        if os.path.isdir(os.path.join(out_dir, e.name)):
+    for e in entries:  # refuse a link, a mismatched directory or record before spending time on any run
+        if os.path.lexists(os.path.join(out_dir, e.name)):
             check_run_dir(e, os.path.join(out_dir, e.name))
         read_record(e, records)
     failed, this_machine = [], None
@@ -151,8 +235,9 @@ def run_entries(entries, out_dir, records=None, write_records=True) -> list[str]
             if not evaluate_sampled(e, run_dir, head):
                 failed.append(e.name)
             elif write_records and records is not None and \
-                    (read_record(e, records) or {}).get("run") != portable(read_json(run_dir, MACHINE_FILE)):
-                print(f"{head}: recorded in {shown(write_record(e, run_dir, records))}", flush=True)
+                    (read_record(e, records) or {}).get("run") != portable(read_json(run_dir, MACHINE_FILE)) and \
+                    not record_run(e, run_dir, records, head):
+                failed.append(e.name)
             continue
         if read_record(e, records) is not None:
             print(f"{head}: finished before ({shown(record_path(records, e))}), not rerun", flush=True)
@@ -165,35 +250,13 @@ def run_entries(entries, out_dir, records=None, write_records=True) -> list[str]
         if missing:
             print(f"{head}: skipped, {missing}", flush=True)
             continue
-        cmd = command(e, out_dir, run_dir)
-        resumed = "--resume" in cmd
-        print(f"{head}: {'resuming' if resumed else 'running'}: python {' '.join(cmd[1:])}", flush=True)
-        # The fresh command is the entry's, also when this invocation resumes it (--resume RUN_DIR names no setting).
-        origin = provenance(command(e, out_dir, run_dir, fresh=True))
-        start = time.perf_counter()
-        process = subprocess.Popen(cmd, cwd=repository.ROOT)
-        try:
-            code = process.wait()
-        except KeyboardInterrupt:
-            # The run got the Ctrl-C too: it stops where its chunk ends, with a checkpoint. Wait for that (a second
-            # Ctrl-C stops both at once); the next invocation resumes it.
-            print(f"{head}: stopping where its chunk ends (Ctrl-C again: at once)", flush=True)
-            process.wait()
-            raise
-        wall_s = time.perf_counter() - start
-        if code != 0 or not os.path.exists(os.path.join(run_dir, "summary.json")):
-            print(f"{head}: failed (exit {code}); run this script again to resume it", flush=True)
-            failed.append(e.name)
-            continue
-        with replaced(os.path.join(run_dir, MACHINE_FILE)) as f:
-            json.dump({"machine": this_machine, **origin, "seeds": list(range(e.seed, e.seed + e.num_seeds)),
-                       "wall_s": wall_s, "resumed": resumed,
-                       "finished": datetime.datetime.now().isoformat(timespec="seconds")}, f, indent=2)
-        print(f"{head}: done in {wall_s:.0f} s", flush=True)
-        if not evaluate_sampled(e, run_dir, head):
+        if os.path.lexists(run_dir):
+            check_run_dir(e, run_dir)  # again: a link planted while the entries before it ran is refused too
+        if not train_entry(e, out_dir, run_dir, head, this_machine) or not evaluate_sampled(e, run_dir, head):
             failed.append(e.name)
         elif records is not None and write_records:
-            print(f"{head}: recorded in {shown(write_record(e, run_dir, records))}", flush=True)
+            if not record_run(e, run_dir, records, head):
+                failed.append(e.name)
         elif records is not None:
             print(f"{head}: not recorded in {shown(records)} (a partial run: --record commits its record)",
                   flush=True)
