@@ -1,5 +1,5 @@
-"""scanrl/harness/evaluation.py: the programs that measure a policy: --eval of a saved run (one
-agent, --eval-sampled, --gif), a sampled policy, and each agent's evaluation key."""
+"""The programs that measure a policy (scanrl/harness/program.py's, run in pieces by loop.py) and --eval of a saved
+run (scanrl/harness/cli.py: one agent, --eval-sampled, --gif): a sampled policy, and each agent's evaluation key."""
 
 import importlib
 import json

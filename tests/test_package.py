@@ -78,3 +78,45 @@ def test_the_docs_site_builds_strict(tmp_path):
     result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
                             cwd=ROOT, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_no_docstring_or_comment_names_a_harness_module_or_function_that_is_gone():
+    """Modules moved and functions were renamed, and text naming them drifted (a test file's docstring named
+    scanrl/harness/evaluation.py, gone since the evaluation moved): every `harness.<module>[.<name>]`,
+    `scanrl/harness/<module>.py` and, inside the harness, `<module>.<name>` in backticks or brackets names what
+    exists."""
+    import ast
+    import io
+    import re
+    import tokenize
+
+    folder = ROOT / "scanrl" / "harness"
+    modules = {p.stem for p in folder.glob("*.py")} - {"__init__"}
+    defined = {m: {n.name for n in ast.walk(ast.parse((folder / f"{m}.py").read_text()))
+                   if isinstance(n, ast.FunctionDef | ast.ClassDef)} | {
+                  t.id for n in ast.parse((folder / f"{m}.py").read_text()).body if isinstance(n, ast.Assign)
+                  for t in n.targets if isinstance(t, ast.Name)} for m in modules}
+    init = (folder / "__init__.py").read_text()
+    exported = set(re.findall(r'"(\w+)": "\w+"', init)) | set(re.findall(r"^def (\w+)", init, re.M))
+    files = [*ROOT.glob("*.py"), *(ROOT / "scanrl").rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py"),
+             *(ROOT / "tests").glob("*.py")]
+    wrong = []
+    for path in files:
+        if path.name == "test_package.py":  # this test's own docstring names what was wrong
+            continue
+        text = path.read_text()
+        for module in re.findall(r"scanrl/harness/(\w+)\.py", text):
+            if module not in modules | {"__init__"}:
+                wrong.append(f"{path.name}: scanrl/harness/{module}.py")
+        for module, name in re.findall(r"\bharness\.(\w+)(?:\.(\w+))?", text):
+            if module not in modules | exported or (name and module in modules and name not in defined[module]):
+                wrong.append(f"{path.name}: harness.{module}{'.' + name if name else ''}")
+        if path.parent == folder:  # in its docstrings and comments (in code a variable may share a module's name)
+            prose = [ast.get_docstring(n) or "" for n in ast.walk(ast.parse(text))
+                     if isinstance(n, ast.Module | ast.FunctionDef | ast.ClassDef)]
+            prose += [t.string for t in tokenize.generate_tokens(io.StringIO(text).readline)
+                      if t.type == tokenize.COMMENT]
+            for module, name in re.findall(r"[`(](\w+)\.(\w+)", "\n".join(prose)):
+                if module in modules and name not in defined[module] | {"csv", "json", "png", "py"}:
+                    wrong.append(f"{path.name}: `{module}.{name}`")
+    assert not wrong, wrong

@@ -14,7 +14,7 @@ COUNTS = ("env_steps", "episodes", "updates")  # metrics that count something, w
 
 class MetricsCsv:
     """<run dir>/metrics.csv: a row per iteration (counted from 1, as checkpoints/<iterations done>) and agent, in
-    iteration order whatever the chunking; appended once a chunk's checkpoint is committed (train.train_chunks)."""
+    iteration order whatever the chunking; appended once a chunk's checkpoint is committed (loop.train_chunks)."""
 
     def __init__(self, path, keys, seeds, history=None, make_dir=False):
         """A new file with its header, and the rows of `history` {key: (agents, iterations)} when resuming; written
@@ -102,10 +102,6 @@ def nanmean(values):
     """Mean of the non-NaN values; NaN (without a warning) if there are none."""
     values = np.asarray(values, dtype=float)
     return np.nan if np.all(np.isnan(values)) else float(np.nanmean(values))
-
-
-def to_json(x):
-    return [None if np.isnan(v) else float(v) for v in np.asarray(x, dtype=float).ravel()]
 
 
 def plural(count, noun):

@@ -136,7 +136,9 @@ def write_json(path, value):
 
 
 def json_safe(value):
-    """`value` with every non-finite float (numpy's too) as None, numpy scalars as Python numbers."""
+    """`value` with every non-finite float (numpy's too) as None, numpy scalars as Python numbers, arrays as lists."""
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
     if isinstance(value, dict):
         return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

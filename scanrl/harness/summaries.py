@@ -10,9 +10,9 @@ import numpy as np
 from scanrl.harness import aggregate
 from scanrl.harness.agents import gather
 from scanrl.harness.files import save_figure
-from scanrl.harness.metrics import nanmean, plural, to_json
+from scanrl.harness.metrics import nanmean, plural
 from scanrl.harness.plots import carried_returns, carry_forward, plot_learning_curve, plot_sweep, shared_ylim
-from scanrl.harness.rundir import write_json
+from scanrl.harness.rundir import json_safe, write_json
 from scanrl.harness.stops import write_failed
 from scanrl.harness.sweeps import point_label, point_rows
 
@@ -54,10 +54,10 @@ def point_summary(run_dir, algorithm, p, rows, extra, title, ylim):
                **extra, "sweep_point": point or None,
                # the point's own count: a swept field may change it (td3's learning_starts)
                **({"updates": int(metrics["updates"][0, -1])} if "updates" in metrics else {}),
-               "final_return": to_json(final), "eval_return": to_json(returns),
+               "final_return": json_safe(np.ravel(final)), "eval_return": json_safe(np.ravel(returns)),
                # over seeds, as rliable reports them: IQM with its 95% stratified-bootstrap interval
                "eval_return_iqm": aggregate.summarize(returns), "final_return_iqm": aggregate.summarize(final)}
-    if run_dir.sweep:  # a point that diverged while the others trained on (harness.train.check_divergence)
+    if run_dir.sweep:  # a point that diverged while the others trained on (harness.loop.check_divergence)
         bad = np.asarray(metrics["nonfinite"], bool).any(axis=0)
         summary["diverged_at_iteration"] = int(np.argmax(bad)) + 1 if bad.any() else None
         if bad.any():
