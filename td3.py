@@ -310,9 +310,10 @@ def validate(config: Config):
                          "space")
     steps_per_phase = steps_per_iteration(config)
     updates = config.updates_per_step * steps_per_phase
-    if abs(updates - round(updates)) > 1e-9:
+    if abs(updates - round(updates)) > 1e-9 or round(updates) > 2**31 - 1:  # the length of an int32-counted scan
         raise ValueError(f"--updates-per-step {config.updates_per_step} x --update-every x --num-envs = "
-                         f"{updates:g} updates per phase; it must be a whole number")
+                         f"{updates:g} updates per phase; it must be a whole number, at most 2,147,483,647 "
+                         "(2**31 - 1)")
     if config.total_timesteps < steps_per_phase:
         raise ValueError(f"--total-timesteps {config.total_timesteps} is smaller than one update phase "
                          f"(--num-envs x --update-every = {steps_per_phase}); raise it or shrink the phase")

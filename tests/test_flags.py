@@ -1,5 +1,6 @@
 """scanrl/harness/flags.py: the flags every script shares, checked before anything is written: a bad
-value is one error line naming its flag, exit 2 (every numeric flag of every script drawn at random)."""
+value is one error line naming its flag, exit 2 (every numeric flag of every script drawn at random, and every one
+past int32 or float32)."""
 
 import dataclasses
 import importlib
@@ -9,10 +10,12 @@ import re
 
 import pytest
 from cases import SCRIPTS, exit_code_and_error
+from conftest import ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scanrl import harness
+from scanrl.harness import flags
 
 
 def test_shared_flags_are_checked_before_anything_is_written(tmp_path):
@@ -124,14 +127,54 @@ def test_every_numeric_flag_is_valid_or_one_error_naming_a_flag(script, tmp_path
     assert not (tmp_path / "runs").exists()
 
 
-def test_counts_past_int32_exit_2():
-    import ppo
+# Every script at the repo root (a fork saved beside them is checked too).
+ALL_SCRIPTS = sorted(p.stem for p in ROOT.glob("*.py") if "\nALGORITHM = harness.Algorithm(" in p.read_text())
 
-    for overrides, message in [
-        (dict(total_timesteps=2**31), "--total-timesteps: 2,147,483,648 is more than the 2,147,483,647"),
-    ]:
-        with pytest.raises(harness.ConfigError, match=re.escape(message)):
-            harness.check(ppo.ALGORITHM, ppo.Config(**overrides))
+
+def test_numbers_past_what_the_programs_hold_are_one_line_naming_the_flag(tmp_path):
+    """Every int field of every script at int(1e30) and 2**63 (and past int64, a traceback of up to 3,000 lines from
+    JAX or XLA after config.json was written) and every float field at NaN and inf: the shared check refuses it, in
+    one line naming the flag and its largest usable value, before anything is written (what does fit in int32 but
+    not in memory is the memory check's)."""
+    assert len(ALL_SCRIPTS) >= 8
+    for script in ALL_SCRIPTS:
+        base = importlib.import_module(script).Config(out_dir=str(tmp_path / "runs"))
+        ints = {name for name, kind in numeric_fields(type(base)).items() if kind == "int"}
+        floats = set(numeric_fields(type(base))) - ints
+        tuples = {name for name, value, _ in flags.field_values(base, int) if isinstance(value, tuple)}
+        assert ints and floats, script
+        bad = [(name, number, "at most 2,147,483,647 (2**31 - 1)") for name in ints for number in (int(1e30), 2**63)]
+        bad += [(name, (1, number), "each as an int32, at most 2,147,483,647") for name in tuples
+                for number in (int(1e30), 2**63)]
+        bad += [(name, number, "must be a finite number") for name in floats for number in (math.nan, math.inf)]
+        for name, value, words in bad:
+            words = "the seeds must lie in 0 to 4294967295 (2**32 - 1)" if name == "seed" else words
+            with pytest.raises(harness.ConfigError) as error:
+                flags.check_flags(dataclasses.replace(base, **{name: value}))
+            message = str(error.value)
+            assert message.startswith(flags.flag(name)) and words in message and "\n" not in message, message
+    config = importlib.import_module("ppo").Config(out_dir=str(tmp_path / "runs"))
+    flags.check_flags(dataclasses.replace(config, total_timesteps=2**31 - 1, num_seeds=2**31 - 1))
+    with pytest.raises(harness.ConfigError, match=re.escape("--num-steps -2147483648: the compiled programs hold it as "
+                                                            "an int32, at least -2,147,483,647")):
+        flags.check_flags(dataclasses.replace(config, num_steps=-(2**31)))
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_size_past_int64_exits_2_in_one_line_before_anything_is_written(run_script, tmp_path):
+    """The probe's case end to end: --eval-episodes 1e30 written out in digits was a 29-line traceback, after the run
+    directory (holding only config.json) was made. And a whole number of updates per phase past int32 (a float
+    flag times the phase's env steps) is the script's own check, one line too."""
+    huge = str(int(1e30))
+    result = run_script("ppo.py", "--eval-episodes", huge)
+    assert result.returncode == 2 and result.stderr.splitlines() == [
+        f"error: --eval-episodes {huge}: the compiled programs hold it as an int32, at most 2,147,483,647 "
+        "(2**31 - 1)"], result.stderr
+    assert not (tmp_path / "runs").exists()
+    for script in ("td3", "sac"):
+        module = importlib.import_module(script)
+        with pytest.raises(harness.ConfigError, match=r"--updates-per-step 1e\+30 .* at most 2,147,483,647"):
+            harness.check(module.ALGORITHM, module.Config(updates_per_step=1e30))
 
 
 def test_every_shared_flag_is_placed_as_logging_or_result_changing():

@@ -76,21 +76,45 @@ def test_the_memory_check_reads_cgroup_v1_and_v2_limits(layout, tmp_path):
     assert cgroup_memory_left(str(tmp_path)) == (5000 if layout in ("v1", "v2") else None)
 
 
-@pytest.mark.parametrize("num_seeds, message", [
-    (2**31, "agents (--num-seeds x sweep points): 2,147,483,648 is more than the 2,147,483,647"),
-    (10**8, "the run needs about "),
+@pytest.mark.parametrize("num_seeds, sweep, message", [
+    (2**30, ("lr=1e-3,3e-4",), "agents (--num-seeds x sweep points): 2,147,483,648 is more than the 2,147,483,647"),
+    (10**8, (), "the run needs about "),
 ])
-def test_too_many_agents_are_refused_before_anything_is_made_per_agent(num_seeds, message, tmp_path, capsys,
+def test_too_many_agents_are_refused_before_anything_is_made_per_agent(num_seeds, sweep, message, tmp_path, capsys,
                                                                       monkeypatch):
-    """The agent count is checked before the agents' keys exist: 2**31 seeds used to take 10 GB and two minutes
-    with no output, 10**8 seeds 9.4 GB before the memory check refused them."""
+    """The agent count is checked before the agents' keys exist: 2**31 agents used to take 10 GB and two minutes
+    with no output, 10**8 seeds 9.4 GB before the memory check refused them. (--num-seeds 2**31 alone is past the
+    bound of every integer flag: flags.check_flags.)"""
     import ppo
     from scanrl.harness import program
 
     made = []
     monkeypatch.setattr(program, "seed_keys", lambda config: made.append(config) or pytest.fail("keys were made"))
     with pytest.raises(SystemExit) as exited:
-        ppo.main(ppo.Config(num_seeds=num_seeds, out_dir=str(tmp_path / "runs")))
+        ppo.main(ppo.Config(num_seeds=num_seeds, sweep=sweep, out_dir=str(tmp_path / "runs")))
     err = capsys.readouterr().err.strip().splitlines()
     assert exited.value.code == 2 and len(err) == 1 and err[0].startswith(f"error: {message}"), err
     assert not made and not (tmp_path / "runs").exists()
+
+
+def test_a_state_array_past_int64_elements_is_one_line_naming_the_flags_to_lower():
+    """--hidden-size 2147483647, within int32, makes PPO's flat vector of parameters (and its Adam moments) about
+    2**63 long, past XLA's int64 shapes: JAX's shape check raised a 28-line TypeError while the agents' shapes were
+    traced, before the memory check could refuse them. Another error of the tracing stays itself."""
+    import jax
+    import jax.numpy as jnp
+
+    import ppo
+    from scanrl.harness.flags import ConfigError
+    from scanrl.harness.memory import abstract_state
+
+    config = ppo.Config(hidden_size=2**31 - 1)
+    keys = jax.ShapeDtypeStruct((1, 2), jnp.uint32)
+    with pytest.raises(ConfigError, match=re.escape("the agents' state holds an array of 2**63 elements or more, past "
+                                                    "what XLA can index (and what any memory holds): lower --num-seeds")
+                       ) as error:
+        abstract_state(config, jax.vmap(ppo.make_train_parts(config)[0]), keys)
+    message = str(error.value)
+    assert message.endswith("or --hidden-size") and "\n" not in message and error.value.__cause__ is None
+    with pytest.raises(TypeError, match="Shapes must be 1D sequences of concrete values of integer type"):
+        abstract_state(config, lambda key: jnp.zeros(2.5), keys)

@@ -13,7 +13,7 @@ import numpy as np
 from scanrl.harness import compile_cache
 from scanrl.harness.agents import gather
 from scanrl.harness.checkpoints import Checkpoints
-from scanrl.harness.flags import ConfigError, check_flags, check_paths, given_fields, parse_flags
+from scanrl.harness.flags import ConfigError, check_flags, check_paths, given_fields, parse_flags, require_int32
 from scanrl.harness.loop import awake, compile_job, run_evaluation
 from scanrl.harness.memory import size_flags
 from scanrl.harness.program import eval_policy, evaluation_keys, plan
@@ -102,6 +102,7 @@ def eval_config(algorithm, config):
     from scanrl import envs
 
     check_paths(config)
+    require_int32(config)  # the command line's --eval-episodes and --seed-index, before the run's config is read
     if config.eval_sampled and not algorithm.samples:
         raise ConfigError(f"--eval-sampled: {algorithm.name}'s policy is deterministic (its evaluation acts as it "
                           "does); drop --eval-sampled")

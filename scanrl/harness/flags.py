@@ -156,7 +156,7 @@ LOGGING_FLAGS = ("track", "wandb_project", "wandb_entity", "wandb_group", "out_d
                  "gif", "num_devices", "coordinator_address", "num_processes", "process_id", "distributed_timeout")
 FLOAT32_MAX = 3.4028234663852886e38  # the largest float32: a larger value is inf inside the programs
 MAX_SEED = 2**32 - 1  # a JAX key holds a 32-bit seed here; larger ones would alias smaller ones
-MAX_COUNT = 2**31 - 1  # step, iteration and update counters are int32 inside the compiled programs
+MAX_COUNT = 2**31 - 1  # sizes and counters are int32 inside the compiled programs: every integer flag's bound
 
 
 def description(module_doc) -> str:
@@ -192,15 +192,36 @@ def require_count(value, what, lower):
                           f"count; lower {lower}")
 
 
+def field_values(config, kind):
+    """(field name, the value as given, one number of it) for every number of type `kind` in `config`'s fields: a
+    field's value, each number of a tuple field (--hidden-sizes), an `int | None` field when set; never a bool."""
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        for item in value if isinstance(value, tuple) else (value,):
+            if type(item) is kind:
+                yield field.name, value, item
+
+
 def require_finite(config, prefix=""):
     """ConfigError unless every float field is finite in float32, the programs' precision (NaN and inf slip through
     range checks; 1e40 is inf in float32). `prefix`: what goes before the flag, e.g. the sweep point."""
-    for field in dataclasses.fields(config):
-        value = getattr(config, field.name)
-        if isinstance(value, float) and not abs(value) <= FLOAT32_MAX:
+    for name, _, value in field_values(config, float):
+        if not abs(value) <= FLOAT32_MAX:
             why = "" if not math.isfinite(value) else (f", which is infinite in float32 (the programs compute in "
                                                        f"float32: at most {FLOAT32_MAX:.3g} in size)")
-            raise ConfigError(f"{prefix}{flag(field.name)} must be a finite number, got {value}{why}")
+            raise ConfigError(f"{prefix}{flag(name)} must be a finite number, got {value}{why}")
+
+
+def require_int32(config):
+    """ConfigError unless every int field lies within +-MAX_COUNT, the one bound of every integer flag: the programs
+    hold sizes and counts as int32, and past int64 a size is a traceback from deep inside JAX or XLA (a C long, a
+    shape) after the run directory is made. The seed has its own bound (MAX_SEED); what still does not fit in
+    memory is the memory check's."""
+    for name, value, item in field_values(config, int):
+        if name != "seed" and not -MAX_COUNT <= item <= MAX_COUNT:
+            given, each = (" ".join(map(str, value)), "each") if isinstance(value, tuple) else (value, "it")
+            bound = f"at most {MAX_COUNT:,} (2**31 - 1)" if item > 0 else f"at least {-MAX_COUNT:,}"
+            raise ConfigError(f"{flag(name)} {given}: the compiled programs hold {each} as an int32, {bound}")
 
 
 def check_paths(config):
@@ -241,8 +262,10 @@ def require_writable_dir(path, which):
 
 
 def check_flags(config):
-    """The checks of the shared flags (--env's is `cli.check_env`); the algorithm's own come after, in `validate`."""
+    """The checks of the shared flags (--env's is `cli.check_env`) and the bounds of every number of the config, the
+    script's own fields too (finite floats, int32 ints); the algorithm's own checks come after, in `validate`."""
     require_finite(config)
+    require_int32(config)
     check_paths(config)
     optional = tuple(name for name in ("num_chunks", "num_devices") if getattr(config, name) is not None)
     require(config, positive=("num_seeds", "total_timesteps", "eval_episodes", "log_every", "keep_checkpoints",
@@ -250,7 +273,6 @@ def check_flags(config):
     if config.eval_sampled and config.eval is None:
         raise ConfigError("--eval-sampled evaluates a saved run: add --eval <run dir> (training's own evaluation is "
                           "the deterministic policy's)")
-    require_count(config.total_timesteps, "--total-timesteps", "it")
     if not 0 <= config.seed <= MAX_SEED - (config.num_seeds - 1):
         raise ConfigError(f"--seed {config.seed} with --num-seeds {config.num_seeds}: the seeds must lie in 0 to "
                           f"{MAX_SEED} (2**32 - 1)")

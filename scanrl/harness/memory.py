@@ -41,6 +41,32 @@ def cgroup_memory_left(root="/sys/fs/cgroup") -> int | None:
     return None
 
 
+def abstract_state(config, init, *args):
+    """`jax.eval_shape(init, *args)`: the agents' state as shapes, nothing allocated. ConfigError naming the flags to
+    lower where one of its arrays has 2**63 elements or more, past XLA's int64 shapes (a size flag near its int32
+    bound, squared: --hidden-size 2147483647 makes PPO's flat vector of parameters, and its Adam moments, about
+    2**63 long); JAX says so in a traceback from its shape checks. No memory holds such a state."""
+    try:
+        return jax.eval_shape(init, *args)
+    except (TypeError, ValueError, OverflowError) as error:
+        if not beyond_int64(error):
+            raise
+        raise ConfigError(f"the agents' state holds an array of 2**63 elements or more, past what XLA can index (and "
+                          f"what any memory holds): lower {size_flags(config)}") from None
+
+
+def beyond_int64(error) -> bool:
+    """Whether `error` (or an error it was raised from) is a size past int64: Python's own overflow of a C integer,
+    or a number of 2**63 or more in the message (JAX's shape checks give such a shape as floats)."""
+    while error is not None:
+        message = str(error)
+        if "too large to convert to C" in message or any(
+                float(number) >= 2**63 - 1 for number in re.findall(r"\d+(?:\.\d+)?(?:e\+\d+)?", message)):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
 def check_agent_memory(config, num_agents, state_bytes):
     """ConfigError before anything is made per agent: the agents' state (`state_bytes`, from shapes, nothing
     allocated) twice (training and a checkpoint's host copy), for this process's agents. `check_memory` follows,

@@ -18,7 +18,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from scanrl.harness import jax_private
 from scanrl.harness.agents import choose_devices, over_agents, to_agents
 from scanrl.harness.flags import ConfigError, flag, require_count
-from scanrl.harness.memory import check_agent_memory
+from scanrl.harness.memory import abstract_state, check_agent_memory
 from scanrl.harness.metrics import plural
 from scanrl.harness.sweeps import dtype_of, point_label
 
@@ -263,7 +263,7 @@ def plan(algorithm, config, points, sampled=False) -> Job:
     parts = agent_parts(algorithm, config)
     check_swept(algorithm, config, points[0], parts)
     dtypes = {k: dtype_of(config, k) for k in points[0]}
-    abstract = jax.eval_shape(jax.vmap(lambda key, values: parts(values)[1](key)),
+    abstract = abstract_state(config, jax.vmap(lambda key, values: parts(values)[1](key)),
                               jax.ShapeDtypeStruct((num_agents, 2), jnp.uint32),
                               {k: jax.ShapeDtypeStruct((num_agents,), d) for k, d in dtypes.items()})
     check_agent_memory(config, num_agents, sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(abstract)))
