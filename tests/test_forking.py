@@ -11,8 +11,9 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
-from cases import CASES, check_program, cli_flags, exit_code_and_error, read_csv
+from cases import CASES, check_program, cli_flags, exit_code_and_error, read_csv, tiny_config
 from conftest import ROOT
 
 from scanrl import harness
@@ -277,6 +278,48 @@ def test_the_contract_runs_every_check_unless_the_run_failed(capsys):
     assert ran == ["run", "after"]
     out = capsys.readouterr().out
     assert "  FAIL  make_train: differs" in out and out.count("(the other checks need the run)") == 1
+
+
+def test_an_error_in_a_forks_code_is_one_line_naming_its_file_and_line(tmp_path, capsys):
+    """A fork that fails, inside a check or as it is imported, is the check's FAIL line (or the error line) with the
+    fork's file:line, not a traceback."""
+    path = tmp_path / "ppo_bug.py"
+    path.write_text("import numpy\n\n\ndef update(runner):\n    return runner / 0\n")
+    namespace = {}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    assert contract.run_checks([("a run", lambda: namespace["update"](1))], str(path)) == 1
+    out = capsys.readouterr()
+    assert out.out.splitlines() == [f"  FAIL  a run: ZeroDivisionError: division by zero ({path}:5)",
+                                    "  (the other checks need the run)"] and not out.err
+    path.write_text("import numpy\n\nnumpy.nope\n")
+    with pytest.raises(SystemExit, match=rf"^error: {path} fails as it is imported: AttributeError: module 'numpy' "
+                                         rf"has no attribute 'nope' \({path}:3\)$"):
+        contract.load_script(path)
+
+
+def test_the_contract_fails_a_policy_that_ignores_the_trained_agent(finished_runs, tmp_path):
+    """A fork whose evaluated policy acts with freshly initialised parameters, not the runner's, trained and evaluated
+    without a word (--eval even reproduced its summary): agent 0 and an agent re-initialised from another key act
+    alike on its evaluation episodes, and its actions read none of the agent's arrays."""
+    import jax
+
+    import ppo
+
+    _, config = tiny_config("ppo", finished_runs["ppo"].parent, run_name="whole", keep_checkpoints=4)
+    _, runner = contract.restored_runner(ppo, config, finished_runs["ppo"])
+    agent = jax.tree.map(lambda x: np.asarray(x)[0], runner)
+    assert contract.policy_reads_agent(ppo.ALGORITHM, config, agent).startswith(
+        "agent 0 and an agent re-initialised from another key act differently at ")
+    source = (ROOT / "ppo.py").read_text()
+    line = 'return actor.apply(runner.train_state.params["actor"], obs)'
+    assert line in source
+    path = tmp_path / "ppo_fresh.py"
+    path.write_text(source.replace(line, "return actor.apply(actor.init(jax.random.PRNGKey(0), obs), obs)"))
+    fork = contract.load_script(path)
+    with pytest.raises(contract.ContractFailure, match=r"^the evaluated policy ignores the trained parameters: "
+                                                       r"agent 0 and an agent re-initialised from another key act "
+                                                       r"alike at all \d+ steps of its evaluation"):
+        contract.policy_reads_agent(fork.ALGORITHM, config, agent)
 
 
 def test_a_module_beside_a_copied_script_that_shadows_a_dependency_is_one_line(tmp_path):

@@ -9,11 +9,15 @@ otherwise; longer where the script's own checks refuse so short a run, as sac.py
   uninterrupted run's metrics.csv, summary and parameters, bit for bit (the checkpoint holds all of the algorithm's
   state);
 - `--eval` reproduces the summary's eval returns (the policy the harness evaluates is the one trained);
+- the evaluated policy reads the trained agent: agent 0 and an agent re-initialised from another key, on agent 0's
+  evaluation episodes, do not act alike at every step (where they do, as a Q-table that learned nothing on these
+  states does, its actions must at least read the agent's arrays);
 - each numeric field of the script's own sets the program's shape, or changes the metrics when swept (one program, a
   point per field against the base point; a second value, then a run 16 times as long, for a field that showed no
   effect), or is read nowhere with this config (e.g. another learner's field).
-Prints one line per check; exits 0 when all pass, 1 otherwise, 2 for flags the script refuses. The flags after the
-script are its own (`--env Acrobot-v1 --num-envs 2`).
+Prints one line per check, a failure inside the script's code with its file:line, never a traceback; exits 0 when all
+pass, 1 otherwise, 2 for flags the script refuses. The flags after the script are its own (`--env Acrobot-v1
+--num-envs 2`).
 """
 
 import contextlib
@@ -48,7 +52,11 @@ def load_script(path):
     name = os.path.splitext(os.path.basename(path))[0]
     spec = importlib.util.spec_from_file_location(name, path)
     sys.modules[name] = module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:
+        del sys.modules[name]
+        raise SystemExit(f"error: {path} fails as it is imported: {one_line(error, path)}") from None
     if not hasattr(module, "ALGORITHM"):
         raise SystemExit(f"error: {path} defines no ALGORITHM (a harness.Algorithm); is it a scanrl script?")
     return module
@@ -123,6 +131,12 @@ def restored_leaves(module, config, run_dir):
     """Every array of a run's newest checkpoint, and its step."""
     import jax
 
+    step, runner = restored_runner(module, config, run_dir)
+    return step, [np.asarray(x) for x in jax.tree.leaves(runner)]
+
+
+def restored_runner(module, config, run_dir):
+    """The step of a run's newest checkpoint and every agent's state in it."""
     from scanrl.harness.checkpoints import Checkpoints
     from scanrl.harness.program import plan
     from scanrl.harness.sweeps import sweep_points
@@ -132,7 +146,7 @@ def restored_leaves(module, config, run_dir):
         job = plan(algorithm, config, sweep_points(algorithm, config))
     with Checkpoints(run_dir) as checkpoints:
         runner, _, step = checkpoints.restore("--eval", algorithm.name, config, job.abstract_runner, False)
-    return step, [np.asarray(x) for x in jax.tree.leaves(runner)]
+    return step, runner
 
 
 def check_resume(module, config, whole):
@@ -164,6 +178,67 @@ def check_eval(module, config, whole):
     if means != expected:
         raise ContractFailure(f"--eval's means {means}, summary.json's eval_return {expected}")
     return f"eval returns {', '.join(expected)}"
+
+
+def check_policy(module, config, whole):
+    import jax
+
+    _, runner = restored_runner(module, config, whole)
+    return policy_reads_agent(module.ALGORITHM, config, jax.tree.map(lambda x: np.asarray(x)[0], runner))
+
+
+def policy_reads_agent(algorithm, config, trained):
+    """Agent 0 (`trained`: its state) plays its evaluation episodes as --eval does, and at each step an agent
+    re-initialised from another key is asked for its action on the same observation (normalised as for agent 0, so
+    only the policy's reading of the agent differs) -> the detail: at how many steps they act differently. Where they
+    never do, the policy's actions must read some array of the agent (a tiny run may have learned nothing that changes
+    these actions: a Q-table still zero on the states visited); ContractFailure if they read none."""
+    import jax
+    import jax.numpy as jnp
+
+    from scanrl import envs
+    from scanrl.harness import jax_private
+    from scanrl.harness.program import evaluation_keys, seed_keys
+
+    env, env_params = envs.make_vec(config.env, config.eval_episodes)
+    key = evaluation_keys(seed_keys(config))[0]
+    init, _ = algorithm.make_train_parts(config)
+    fresh = jax.jit(init)(jax.random.PRNGKey(config.seed + config.num_seeds))  # a seed the run did not train
+
+    def play(trained, fresh):
+        a, b = (envs.normalized_policy(algorithm.policy(config, runner), trained) for runner in (trained, fresh))
+
+        def step(carry, obs, start):
+            memory_a, memory_b, differ, steps = carry
+            memory_a, action = a.step(memory_a, obs, start)
+            memory_b, other = b.step(memory_b, obs, start)
+            unlike = sum(jnp.any((x != y).reshape(len(obs), -1), axis=1) for x, y in
+                         zip(jax.tree.leaves(action), jax.tree.leaves(other), strict=True))
+            return (memory_a, memory_b, differ + jnp.sum(unlike > 0), steps + len(obs)), action
+
+        paired = envs.RecurrentPolicy(lambda n: (a.initial_carry(n), b.initial_carry(n), 0, 0), step)
+        evaluation = envs.evaluation_start(env, env_params, paired, key)
+        evaluation = envs.evaluation_steps(env, env_params, paired, key, evaluation,
+                                           int(env_params.max_steps_in_episode))
+        return evaluation.memory[2:]
+
+    differ, steps = (int(x) for x in jax.jit(play)(trained, fresh))
+    if differ:
+        return f"agent 0 and an agent re-initialised from another key act differently at {differ} of {steps} steps"
+
+    def actions(runner, obs):
+        policy = envs.as_recurrent(algorithm.policy(config, runner))
+        return policy.step(policy.initial_carry(len(obs)), obs, jnp.ones(len(obs), bool))[1]
+
+    obs = jax.eval_shape(lambda: env.reset(key, env_params)[0])
+    read = jax_private.inputs_read(actions, jax.eval_shape(lambda: fresh), obs)[:len(jax.tree.leaves(fresh))]
+    if not any(read):
+        raise ContractFailure(f"the evaluated policy ignores the trained parameters: agent 0 and an agent "
+                              f"re-initialised from another key act alike at all {steps} steps of its evaluation, and "
+                              f"its actions read none of the agent's arrays (`policy(config, runner)` must act with "
+                              "the runner's)")
+    return (f"agent 0 and a re-initialised agent act alike at all {steps} steps of its evaluation (nothing the tiny "
+            "run learned changes these actions), and its actions read the agent's arrays")
 
 
 def other_values(value, ok):
@@ -252,9 +327,26 @@ def check_fields(module, config):
     return f"{len(changed)} change the metrics ({', '.join(changed) or '-'}); {notes}"
 
 
-def run_checks(checks) -> int:
-    """Runs each (title, fn) in turn, printing one line each (`fn` returns a detail, or raises) -> how many failed;
-    after a failed run, the checks that need it are skipped."""
+def one_line(error, script) -> str:
+    """An exception raised in a script's code (or the harness's) as one line: its type, its message's first line and
+    where it was raised, the innermost line of `script` it passed through, else the innermost of all."""
+    frames = [frame for e in (error, error.__cause__ or error.__context__) if e is not None
+              for frame in traceback.extract_tb(e.__traceback__)]
+    if isinstance(error, SyntaxError) and error.filename:
+        frames.append(traceback.FrameSummary(error.filename, error.lineno, ""))
+    mine = [f for f in frames if os.path.abspath(f.filename) == os.path.abspath(script or "")] or frames[-1:]
+    message = (str(error).strip().splitlines() or [""])[0]
+    at = ""
+    if mine:
+        shown = os.path.relpath(mine[-1].filename)
+        at = f" ({mine[-1].filename if shown.startswith('..') else shown}:{mine[-1].lineno})"
+    return f"{type(error).__name__}{': ' + message if message else ''}{at}"
+
+
+def run_checks(checks, script=None) -> int:
+    """Runs each (title, fn) in turn, printing one line each (`fn` returns a detail, or raises; an error of the script
+    `script` or the harness with where it was raised) -> how many failed; after a failed run, the checks that need it
+    are skipped."""
     failed = 0
     for title, fn in checks:
         start = time.perf_counter()
@@ -263,10 +355,8 @@ def run_checks(checks) -> int:
             print(f"  ok    {title}{': ' + detail if detail else ''} ({time.perf_counter() - start:.1f} s)", flush=True)
         except Exception as error:
             failed += 1
-            bug = not isinstance(error, ContractFailure)  # of the script or the harness: its traceback helps
-            print(f"  FAIL  {title}: {type(error).__name__ + ': ' if bug else ''}{error}", flush=True)
-            if bug:
-                traceback.print_exc()
+            print(f"  FAIL  {title}: {error if isinstance(error, ContractFailure) else one_line(error, script)}",
+                  flush=True)
             if title == "a run":
                 print("  (the other checks need the run)")
                 break
@@ -286,13 +376,17 @@ def main(argv=None) -> int:
         try:
             config = tiny_config(algorithm, argv[1:], tmp)
             check(algorithm, config)
+            iterations = algorithm.num_iterations(config)
         except (ConfigError, SystemExit) as error:
             message = str(error) if isinstance(error, ConfigError) else "the flags do not parse (see --help)"
             print(f"error: {algorithm.script}: {message}; pass the script's flags for a tiny run after its path",
                   file=sys.stderr)
             return 2
+        except Exception as error:  # the script's own checks or sizes failing
+            print(f"error: {algorithm.script}: its tiny run's config: {one_line(error, module.__file__)}",
+                  file=sys.stderr)
+            return 1
         whole = os.path.join(tmp, "whole")
-        iterations = algorithm.num_iterations(config)
         longer = (f" ({iterations} iterations: the script's checks refuse fewer; flags that shorten what it needs, "
                   "e.g. --learning-starts, make the check faster)") if iterations > 4 and "--total-timesteps" not in \
             " ".join(argv[1:]) else ""
@@ -304,10 +398,11 @@ def main(argv=None) -> int:
             ("the run is named after the script", lambda: check_name(module, config, whole)),
             ("--resume equals the uninterrupted run", lambda: check_resume(module, config, whole)),
             ("--eval reproduces the summary", lambda: check_eval(module, config, whole)),
+            ("the policy reads the trained agent", lambda: check_policy(module, config, whole)),
             ("every numeric field is fixed, changes the metrics, or is unused",
              lambda: check_fields(module, config)),
         ]
-        failed = run_checks(checks)
+        failed = run_checks(checks, module.__file__)
     print(f"{algorithm.script}: {'all checks passed' if not failed else f'{failed} check(s) failed'}")
     return 1 if failed else 0
 

@@ -1,6 +1,12 @@
 """The figures of a run: learning_curve.png (each seed's latest episode return carried forward, their mean over seeds
 with its 95% band) and with --sweep learning_curves.png (every point on one axes), saved by `files.save_figure`; and
-as a command, `python -m scanrl.harness.plots RUN_DIR ...`, several runs' curves on one plot."""
+as a command, `python -m scanrl.harness.plots RUN_DIR ...`, several runs' curves on one plot, their metrics.csv read a
+block at a time."""
+
+import contextlib
+import csv
+import json
+import os
 
 import numpy as np
 
@@ -10,11 +16,11 @@ from scanrl.harness.metrics import plural
 CARRIED_NOTE = "each seed's value at a step: that of its latest finished episodes"
 
 
-def carry_forward(values):
+def carry_forward(values, dtype=float):
     """(agents, iterations), NaN where nothing was measured -> each row's last measured value so far (NaN before its
-    first)."""
-    values = np.asarray(values, dtype=float)
-    index = np.where(np.isnan(values), 0, np.arange(values.shape[1]))
+    first), as `dtype`."""
+    values = np.asarray(values, dtype=dtype)
+    index = np.where(np.isnan(values), 0, np.arange(values.shape[1], dtype=np.int32))  # no run has 2**31 iterations
     np.maximum.accumulate(index, axis=1, out=index)
     return np.take_along_axis(values, index, axis=1)
 
@@ -134,14 +140,107 @@ def plot_sweep(path, steps, curves, labels, title, num_seeds):
     return save_figure(fig, path)
 
 
-def read_curves(run_dir, key="episode_return"):
-    """A run directory's metrics.csv as (env steps per agent, (seeds, iterations) of `key`); a sweep's directory
-    holds a metrics.csv per point: -> [(label, steps, values)] for each."""
-    import contextlib
-    import csv
-    import json
-    import os
+BLOCK_BYTES = 1 << 22  # metrics.csv is read a few MB of lines at a time, whatever its length
+MAX_POINTS = 2_000  # iterations a curve of several runs' plot is drawn at: more than its pixels, the last among them
 
+
+def read_metrics(path, key="episode_return"):
+    """metrics.csv as `metrics.MetricsCsv` writes it (a row per iteration and seed, a seed after another), streamed:
+    -> (env steps per agent (iterations,), `key` (seeds, iterations) as float32, a note or None), nothing else of it
+    kept. Only whole rows and iterations count: the last line is a row once it ends with a newline and has every
+    column (a run appends its rows as chunks end, and a kill can cut them; a resumed run writes the file whole again),
+    and an iteration once it has every seed's row; the note says what was dropped. ValueError (one line naming the
+    file) for a missing column, a cell that is not a number or rows out of their order."""
+    try:
+        with open(path, encoding="utf-8", newline="\n") as f:  # "\r" alone ends no line: a cut "\r\n" stays cut
+            header = f.readline()
+            names = next(csv.reader([header.rstrip("\r\n")]), []) if header.endswith("\n") else []
+            if not names:
+                raise ValueError(f"{path} has no rows yet")
+            for name in ("seed", "env_steps", key):
+                if name not in names:
+                    raise ValueError(f"{path} has no {name} column (its columns: {', '.join(names)})")
+            return _read_rows(f, path, names, [names.index(n) for n in ("seed", "env_steps", key)])
+    except (UnicodeDecodeError, csv.Error) as error:
+        raise ValueError(f"{path} is not a metrics.csv a run wrote: {error}") from None
+
+
+def _read_rows(f, path, names, columns):
+    """read_metrics' rows after the header: only `columns` (seed, env_steps, the key) parsed, a block at a time."""
+    values, steps, seeds, order, row, cut = [], [], [], None, 0, None
+    blocks = iter(lambda: f.readlines(BLOCK_BYTES), [])
+    block = next(blocks, [])
+    while block:
+        following = next(blocks, [])
+        if not following and (not block[-1].endswith("\n") or block[-1].count(",") != len(names) - 1):
+            cut = row + len(block) + 1  # its line: the file's last, cut as it was written
+            block.pop()
+            if not block:
+                break
+        read = _numbers(block, path, row, names, columns)
+        if order is None:  # the first iteration's seeds: the rows before the first seed's second one
+            seeds.append(read["seed"])
+            so_far = np.concatenate(seeds)
+            again = np.flatnonzero(so_far == so_far[0])[1:2]
+            if len(again) or not following:
+                order = so_far[:again[0]] if len(again) else so_far
+                _check_order(path, order, so_far, 0)
+        else:
+            _check_order(path, order, read["seed"], row)
+        index = row + np.arange(len(block))
+        steps.append(read["env_steps"][index % len(order) == 0 if order is not None else index == 0])
+        values.append(read["value"])
+        row, block = row + len(block), following
+    if not row:
+        raise ValueError(f"{path} has no whole row yet" if cut else f"{path} has no rows yet")
+    iterations, partial = divmod(row, len(order))
+    dropped = ([f"its last row, cut (line {cut})"] if cut else []) + (
+        [f"iteration {iterations + 1}'s rows of {partial} of its {len(order)} seeds"] if partial else [])
+    note = (f"note: {path}: read up to iteration {iterations}; dropped {' and '.join(dropped)} (a run writing it, or "
+            "killed as it wrote, leaves it so)") if dropped else None
+    values = np.concatenate(values)[:iterations * len(order)].reshape(iterations, len(order)).T
+    return np.concatenate(steps)[:iterations], np.ascontiguousarray(values), note
+
+
+ROW = np.dtype([("seed", np.int64), ("env_steps", np.float64), ("value", np.float32)])
+
+
+def _numbers(lines, path, row, names, columns):
+    """The `columns` (seed, env_steps, the key) of `lines`, the rows after `row`, as an array of ROW; ValueError
+    naming the first line that is not a row of numbers (found again, cell by cell, once numpy's parser refused)."""
+    try:
+        return np.loadtxt(lines, ROW, comments=None, delimiter=",", usecols=columns, ndmin=1)
+    except ValueError as error:
+        for i, line in enumerate(lines):
+            cells = line.rstrip("\r\n").split(",")
+            where = f"{path}, line {row + i + 2}"
+            if len(cells) != len(names):
+                raise ValueError(f"{where}: {len(cells)} cells, where the header names {len(names)}") from None
+            for at, kind in zip(columns, ROW.fields.values(), strict=True):
+                try:
+                    np.asarray([cells[at]]).astype(kind[0])
+                except ValueError:
+                    what = "an integer" if kind[0] == np.int64 else "a number"
+                    raise ValueError(f"{where}: {names[at]} {cells[at][:40]!r} is not {what}") from None
+        raise ValueError(f"{path}, lines {row + 2} to {row + len(lines) + 1}: {error}") from None
+
+
+def _check_order(path, order, seeds, row):
+    """ValueError unless `seeds` (of the rows after `row`) take `order`, the first iteration's, in turn."""
+    seen, first = np.unique(order, return_index=True)
+    if len(seen) < len(order):
+        i = min(set(range(len(order))) - set(first))
+        raise ValueError(f"{path}, line {i + 2}: seed {order[i]}'s second row in the first iteration")
+    expected = order[(row + np.arange(len(seeds))) % len(order)]
+    if not np.array_equal(seeds, expected):
+        i = int(np.argmax(seeds != expected))
+        raise ValueError(f"{path}, line {row + i + 2}: seed {seeds[i]} where seed {expected[i]}'s row was due (a row "
+                         "per seed each iteration, in the first iteration's order)")
+
+
+def read_curves(run_dir, key="episode_return"):
+    """A run directory's metrics.csv as [(label, env steps per agent, (seeds, iterations) of `key`)] (a note printed
+    for rows left out); a sweep's directory holds a metrics.csv per point: one for each."""
     path = os.path.join(run_dir, "metrics.csv")
     if not os.path.isfile(path):
         points = sorted(d for d in os.listdir(run_dir) if os.path.isfile(os.path.join(run_dir, d, "metrics.csv"))) \
@@ -149,14 +248,9 @@ def read_curves(run_dir, key="episode_return"):
         if not points:
             raise ValueError(f"{run_dir} holds no metrics.csv: name a run directory (runs/<run name>)")
         return [c for d in points for c in read_curves(os.path.join(run_dir, d), key)]
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    if not rows or key not in rows[0]:
-        raise ValueError(f"{path} has no {key} column" if rows else f"{path} has no rows yet")
-    seeds = list(dict.fromkeys(r["seed"] for r in rows))
-    iterations = len(rows) // len(seeds)  # rows come as whole iterations, one per seed
-    values = np.array([float(r[key]) for r in rows[:iterations * len(seeds)]]).reshape(iterations, len(seeds)).T
-    steps = np.array([float(r["env_steps"]) for r in rows[:iterations * len(seeds):len(seeds)]])
+    steps, values, note = read_metrics(path, key)
+    if note:
+        print(note, flush=True)
     env = ""
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         with open(os.path.join(run_dir, "config.json")) as f:
@@ -164,26 +258,39 @@ def read_curves(run_dir, key="episode_return"):
     return [(f"{os.path.normpath(run_dir)}{env}", steps, values)]
 
 
-def plot_runs(path, run_dirs, key="episode_return"):
-    """The learning curves of several runs on one axes: each one's interquartile mean over seeds of `key` (carried
-    forward), with the 95% stratified-bootstrap interval of that IQM at each step. -> the final IQM per curve."""
+def iqm_curve(steps, values):
+    """A run's curve for `plot_runs`: (steps, IQM over seeds of the carried-forward `values`, its 95% interval, seeds)
+    at up to MAX_POINTS steps from the first where every seed has a value, the last among them; None if no episode
+    ended."""
     from scanrl.harness import aggregate
 
+    carried = carry_forward(values, np.float32)
+    carried = carried[~np.all(np.isnan(carried), axis=1)]
+    if not len(carried):
+        return None
+    start = int(np.argmax(~np.isnan(carried).any(axis=0)))
+    drawn = np.unique(np.linspace(start, len(steps) - 1, MAX_POINTS).round().astype(int))
+    point, low, high = aggregate.stratified_bootstrap_ci(
+        carried[:, drawn], lambda stack: aggregate.iqm(stack, axis=-2), reps=2_000)
+    return steps[drawn], point, low, high, len(carried)
+
+
+def plot_runs(path, run_dirs, key="episode_return"):
+    """The learning curves of several runs on one axes: each one's interquartile mean over seeds of `key` (carried
+    forward), with the 95% stratified-bootstrap interval of that IQM at each step (`iqm_curve`). -> the final IQM
+    per curve."""
+    curves = [(label, iqm_curve(steps, values)) for d in run_dirs for label, steps, values in read_curves(d, key)]
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
     finals = {}
-    for label, steps, values in (c for d in run_dirs for c in read_curves(d, key)):
-        carried = carry_forward(values)
-        carried = carried[~np.all(np.isnan(carried), axis=1)]
-        if not len(carried):
+    for label, curve in curves:
+        if curve is None:
             ax.plot([], [], label=f"{label}: no episode ended")
             continue
-        start = int(np.argmax(~np.isnan(carried).any(axis=0)))
-        point, low, high = aggregate.stratified_bootstrap_ci(
-            carried[:, start:], lambda stack: aggregate.iqm(stack, axis=-2), reps=2_000)
-        (line,) = ax.plot(steps[start:], point, drawstyle="steps-post", label=f"{label} ({len(carried)} seeds)")
-        ax.fill_between(steps[start:], low, high, color=line.get_color(), alpha=0.25, step="post")
-        finals[label] = (float(point[-1]), float(low[-1]), float(high[-1]), len(carried))
+        steps, point, low, high, seeds = curve
+        (line,) = ax.plot(steps, point, drawstyle="steps-post", label=f"{label} ({seeds} seeds)")
+        ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.25, step="post")
+        finals[label] = (float(point[-1]), float(low[-1]), float(high[-1]), seeds)
     ax.set_title(f"{key.replace('_', ' ')}: IQM over seeds, 95% stratified-bootstrap interval", fontsize=10)
     ax.set_xlabel(f"env steps per agent ({CARRIED_NOTE})", fontsize=8)
     ax.set_ylabel(f"{key.replace('_', ' ')} (IQM over seeds)")
