@@ -45,8 +45,8 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import tyro  # noqa: E402
 
-from scanrl.harness.contract import load_script  # noqa: E402
 from scanrl.harness.program import seed_keys  # noqa: E402
+from scanrl.tools.contract import load_script  # noqa: E402
 
 
 @dataclass(frozen=True)

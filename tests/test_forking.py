@@ -1,4 +1,4 @@
-"""Forking is safe: the contract check (scanrl/harness/contract.py) passes on every script, and on a fork, which names
+"""Forking is safe: the contract check (scanrl/tools/contract.py) passes on every script, and on a fork, which names
 itself and whose new fields sweep as the config reads them; the traps of a copied script end in one line."""
 
 import contextlib
@@ -17,7 +17,7 @@ from cases import CASES, check_program, cli_flags, exit_code_and_error, read_csv
 from conftest import ROOT
 
 from scanrl import harness
-from scanrl.harness import contract
+from scanrl.tools import contract
 
 # Per case: flags of a tiny run. The tabular learner runs bare: its tiny run learns nothing at first (no episode
 # reaches the goal), so the contract shows its fields' effects in a longer run.
@@ -68,15 +68,15 @@ def in_repository(repo, *argv, timeout=900):
 @pytest.mark.parametrize("case", list(SCRIPTS))
 def test_every_script_copied_into_a_research_repository_keeps_the_contract(case, tmp_path):
     """Each script, copied alone into a directory beside the researcher's own envs.py, utils.py and harness/,
-    passes `python -m scanrl.harness.contract`: it trains, --resume equals the uninterrupted run bit for bit,
+    passes `python -m scanrl.tools.contract`: it trains, --resume equals the uninterrupted run bit for bit,
     --eval reproduces its summary, and its fields sweep."""
     repo, copy = research_repository(tmp_path, f"{SCRIPTS[case]}.py")
-    result = in_repository(repo, "-m", "scanrl.harness.contract", copy, *CONTRACT_FLAGS[case])
+    result = in_repository(repo, "-m", "scanrl.tools.contract", copy, *CONTRACT_FLAGS[case])
     assert result.returncode == 0 and "all checks passed" in result.stdout, result.stdout + result.stderr
 
 
 def test_the_contract_sizes_a_bare_run_from_the_scripts_own_checks(tmp_path):
-    """Bare (`python -m scanrl.harness.contract sac.py`), the tiny run is 4 iterations, or twice as long until the
+    """Bare (`python -m scanrl.tools.contract sac.py`), the tiny run is 4 iterations, or twice as long until the
     script's own checks accept it: sac.py and td3.py learn only after --learning-starts."""
     for name, starts in (("ppo", None), ("sac", 1_000), ("td3", 5_000)):
         algorithm = importlib.import_module(name).ALGORITHM

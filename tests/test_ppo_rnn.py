@@ -149,7 +149,7 @@ def test_truncation_bootstraps_from_the_final_observation_with_its_episodes_memo
 def test_each_cell_trains(cell):
     """Two iterations of each other cell's training program on the masked Pendulum (continuous actions): finite
     losses, a memory of the cell's width carried in the runner. That they learn: the memory suite
-    (benchmarks/results/learning_memory.md); --resume and --eval: `python -m scanrl.harness.contract ppo_rnn.py
+    (benchmarks/results/learning_memory.md); --resume and --eval: `python -m scanrl.tools.contract ppo_rnn.py
     --cell lru` (the commit names its run)."""
     config = ppo_rnn.Config(env="Pendulum-v1-masked", cell=cell, total_timesteps=128, num_steps=16, gru_size=8)
     key = jax.random.PRNGKey(0)

@@ -19,7 +19,7 @@ from conftest import ROOT
 from scanrl.harness.sweeps import point_label
 
 # Every case's --resume equals its uninterrupted run, and its --eval reproduces its summary: tests/test_forking.py
-# runs the contract check (scanrl/harness/contract.py) on each.
+# runs the contract check (scanrl/tools/contract.py) on each.
 
 
 @pytest.mark.parametrize("damage", ["deleted", "cut mid-row", "header only", "garbage"])

@@ -33,7 +33,9 @@ The modules, each one concern, in the order a run passes through them; a module 
     summaries.py    the end of a run: its report, summary.json, plots, outputs, a sweep's ranking
     train.py        a new or resumed run along that path: plan, run directory, compile, chunks, evaluation, summaries
     cli.py          `main`: the command line checked, then training, --resume or --eval (over the plan and the loop)
-    contract.py     `python -m scanrl.harness.contract SCRIPT`: the checks a fork must pass (over the same)
+
+The commands beside a run (the contract check a fork must pass, several runs on one plot) are `scanrl.tools`: they
+import the harness, and the harness never imports them.
 
 Importing the harness makes no JAX backend and changes no environment variable. A script calls
 `harness.prepare_jax(__name__)` before `from scanrl import envs` (gymnax makes a backend on import): XLA_FLAGS are

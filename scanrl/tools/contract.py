@@ -1,4 +1,4 @@
-"""The harness's contract, checked on any script, a fork included: `python -m scanrl.harness.contract SCRIPT [flags]`.
+"""The harness's contract, checked on any script, a fork included: `python -m scanrl.tools.contract SCRIPT [flags]`.
 
 A tiny run of the script in a temporary directory (2 seeds, 4 iterations in 4 chunks, unless its flags say
 otherwise; longer where the script's own checks refuse so short a run, as sac.py's --learning-starts does), then:
