@@ -55,6 +55,7 @@ This file is the command line; the suites' entries, the runner, the records and 
 benchmarks/suite/ (its __init__ lists the modules).
 """
 
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -63,7 +64,14 @@ import tyro
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.suite import repository  # noqa: E402
-from benchmarks.suite.entries import SuiteError, SuiteStopped, check_entries, load_suite_file, select  # noqa: E402
+from benchmarks.suite.entries import (  # noqa: E402
+    SuiteError,
+    SuiteStopped,
+    check_entries,
+    load_suite_file,
+    select,
+    shown_text,
+)
 from benchmarks.suite.report import report_path, write_report  # noqa: E402
 from benchmarks.suite.repository import shown  # noqa: E402
 from benchmarks.suite.runner import run_entries  # noqa: E402
@@ -112,27 +120,40 @@ class Args:
     """with --verify: this many seeds (--seed upward, a positive integer) instead of the record's"""
 
 
+# The largest count the suite's own count flags take (a seed or an episode count a script holds in int32).
+MAX_COUNT = 2**31 - 1
+
+
 def check_args(args):
-    """SuiteError for --random-episodes below 1 (a table of nan), --verify-seeds below 1 or without --verify, and an
-    --out-dir that is, or lies in, a file."""
-    if args.random_episodes < 1:
-        raise SuiteError(f"--random-episodes must be a positive integer, got {args.random_episodes}")
-    if args.verify_seeds is not None and args.verify_seeds < 1:
-        raise SuiteError(f"--verify-seeds must be a positive integer, got {args.verify_seeds}")
+    """SuiteError for --random-episodes or --verify-seeds outside 1..MAX_COUNT (a table of nan, or a count no script
+    takes), --verify-seeds without --verify, a path flag that is empty or holds a control character, an --out-dir or
+    --records that is, or lies in, a file, and a --results that is a folder."""
+    for flag, value in (("--random-episodes", args.random_episodes), ("--verify-seeds", args.verify_seeds)):
+        if value is not None and not 1 <= value <= MAX_COUNT:
+            raise SuiteError(f"{flag} must be a positive integer up to {MAX_COUNT:,}, got {value}")
     if args.verify_seeds is not None and args.verify is None:
         raise SuiteError("--verify-seeds is the seed count of --verify ENTRY: give --verify too")
-    if args.out_dir is not None:
-        existing = os.path.abspath(args.out_dir)
-        while not os.path.exists(existing):
-            existing = os.path.dirname(existing)
-        if not os.path.isdir(existing):
-            raise SuiteError(f"--out-dir {args.out_dir}: {existing} is a file, not a directory; choose another "
-                             "--out-dir")
+    for flag in ("out_dir", "records", "results", "suite_file"):
+        value = getattr(args, flag)
+        if value is not None and (not value or not value.isprintable()):
+            raise SuiteError(f"--{flag.replace('_', '-')} {json.dumps(value)}: a path must be given, with no "
+                             "control character")
+    for flag in ("out_dir", "records"):
+        if getattr(args, flag) is not None:
+            existing = os.path.abspath(getattr(args, flag))
+            while not os.path.exists(existing):
+                existing = os.path.dirname(existing)
+            if not os.path.isdir(existing):
+                raise SuiteError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: {existing} is a file, not a "
+                                 f"directory; choose another --{flag.replace('_', '-')}")
+    if args.results is not None and os.path.isdir(args.results):
+        raise SuiteError(f"--results {args.results} is a folder: name the report's file (the PNGs go beside it)")
 
 
 def main(args: Args) -> int:
     """Runs the selected entries, then writes the report; -> the exit code."""
     try:
+        check_args(args)
         if args.suite_file is not None:
             suite_name, entries = load_suite_file(args.suite_file)
             suite_file = shown(args.suite_file)  # a report may be committed: it names no folder of one machine
@@ -140,14 +161,17 @@ def main(args: Args) -> int:
         elif args.suite in SUITES:
             (suite_name, entries), suite_flag = (args.suite, SUITES[args.suite]), f"--suite {args.suite}"
         else:
-            raise SuiteError(f"--suite {args.suite}: unknown; the suites are {', '.join(SUITES)} (or --suite-file)")
+            raise SuiteError(f"--suite {shown_text(args.suite)}: unknown; the suites are {', '.join(SUITES)} (or "
+                             "--suite-file)")
         check_entries(entries)
         chosen = select(entries, args.only)
-        check_args(args)
         if args.random_scores:
             print_random_scores(chosen, args.random_episodes)
             return 0
         if args.verify is not None:
+            if args.verify not in {e.name for e in entries}:
+                select(entries, (args.verify,))  # an unknown name: its one line
+                raise SuiteError(f"--verify {shown_text(args.verify)}: name one entry of the suite")
             (e,) = select(entries, (args.verify,))
             records = args.records or os.path.join(repository.ROOT, "benchmarks", "results", "records", suite_name)
             return verify(e, records, args.out_dir or os.path.join(repository.ROOT, "runs", "verify", suite_name),
@@ -166,6 +190,9 @@ def main(args: Args) -> int:
     except SuiteStopped as stop:
         print(f"error: {stop}", file=sys.stderr)
         return 1
+    except OSError as error:  # a folder the runner makes or a file it writes (a full disk, permissions)
+        print(f"error: {error.strerror or error}: {shown(error.filename or '.')}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted: run the same command again to go on (finished entries are kept, the stopped one "
               "resumes); the report was not rewritten", file=sys.stderr)
@@ -176,6 +203,9 @@ def main(args: Args) -> int:
     except SuiteError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except OSError as error:  # a full disk, a folder where the report goes
+        print(f"error: cannot write the report {shown(results)}: {error.strerror or error}", file=sys.stderr)
+        return 1
     print("written: " + ", ".join(shown(p) for p in written))
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)

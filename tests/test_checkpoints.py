@@ -2,7 +2,9 @@
 warning) from an intact one, and never discards recorded iterations whose checkpoints are gone."""
 
 import json
+import os
 import shutil
+import stat
 
 import pytest
 from cases import checkpoint_steps, copy_run, damage_checkpoint, exit_code_and_error, read_csv
@@ -92,3 +94,67 @@ def test_a_state_with_none_and_zero_size_leaves_comes_back_as_it_was_saved(tmp_p
         runner, history, step = checkpoints.restore("--resume", "ppo", config, abstract, True)
     assert step == 1 and runner["absent"] is None and runner["unused"].shape == (0, 2)
     assert np.array_equal(runner["w"], state["w"]) and np.array_equal(history["return"], np.zeros(2))
+
+
+@pytest.mark.parametrize("planted", ["a FIFO for its record", "a FIFO for orbax's step metadata",
+                                     "a link to data outside", "a damaged manifest", "a copy under another step"])
+def test_a_checkpoint_orbax_did_not_write_is_passed_over_without_waiting_or_a_traceback(planted, finished_runs,
+                                                                                         tmp_path, capsys):
+    """A FIFO in a checkpoint (orbax waited on it forever: for its step metadata as the folder was opened), a link
+    (followed out of the run), a damaged manifest (tracebacks of orbax's abandoned reads after the warning) and a
+    checkpoint copied under another step (it resumed "after iteration 5 of 4", then a traceback) are one warning, and
+    --eval goes on from the checkpoint before."""
+    import ppo
+
+    run_dir = copy_run(finished_runs, "ppo", tmp_path)
+    newest = run_dir / "checkpoints" / "4"
+    planted_at = {"a FIFO for its record": newest / "meta" / "metadata",
+                  "a FIFO for orbax's step metadata": newest / "_CHECKPOINT_METADATA",
+                  "a link to data outside": next((newest / "runner" / "d").iterdir()),
+                  "a damaged manifest": newest / "runner" / "manifest.ocdbt"}.get(planted)
+    if planted == "a copy under another step":
+        shutil.copytree(newest, run_dir / "checkpoints" / "5")
+        newest, expected = run_dir / "checkpoints" / "5", 4
+    else:
+        expected = 3
+        planted_at.unlink()
+        if planted.startswith("a FIFO"):
+            os.mkfifo(planted_at)
+        elif planted == "a link to data outside":
+            planted_at.symlink_to(finished_runs["ppo"] / planted_at.relative_to(run_dir))
+        else:
+            planted_at.write_bytes(b"\xff" * 64)
+    ppo.main(ppo.Config(eval=str(run_dir), eval_episodes=1))
+    captured = capsys.readouterr()
+    assert f"warning: checkpoint {newest} cannot be read (" in captured.out
+    assert f"checkpoint after {expected} iterations" in captured.out
+    assert "Traceback" not in captured.err + captured.out and "Exception ignored" not in captured.err
+
+
+def test_resume_moves_aside_a_file_at_a_checkpoints_name(finished_runs, tmp_path, capsys):
+    """A FIFO named as a step in checkpoints/ (orbax lists only folders): the save of that step removed it first, and
+    waited on it forever. --resume sets it aside with a warning."""
+    import ppo
+
+    run_dir = copy_run(finished_runs, "ppo", tmp_path)
+    (run_dir / "summary.json").unlink()
+    shutil.rmtree(run_dir / "checkpoints" / "4")
+    os.mkfifo(run_dir / "checkpoints" / "4")
+    ppo.main(ppo.Config(resume=str(run_dir)))
+    out = capsys.readouterr().out
+    assert f"warning: {run_dir / 'checkpoints' / '4'} is not a folder, so not a checkpoint: it is moved aside" in out
+    assert stat.S_ISFIFO(os.lstat(run_dir / "damaged_checkpoints" / "4").st_mode)
+    assert checkpoint_steps(run_dir)[-1] == 4 and (run_dir / "summary.json").exists()
+
+
+def test_a_checkpoint_record_of_another_algo_is_named_in_one_line(finished_runs, tmp_path, capsys):
+    """Its algo is shown escaped: a line break in it split the error line in two."""
+    import ppo
+
+    run_dir = copy_run(finished_runs, "ppo", tmp_path)
+    meta = run_dir / "checkpoints" / "4" / "meta" / "metadata"
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "algo": "sac\nwarning: forged"}))
+    code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(eval=str(run_dir)))
+    assert code == 2 and err == [f"error: --eval: checkpoint {run_dir / 'checkpoints' / '4'} is of "
+                                 '"sac\\nwarning: forged" on CartPole-v1, but the run is ppo on CartPole-v1; it does '
+                                 "not belong to this run directory"]

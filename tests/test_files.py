@@ -11,7 +11,7 @@ from cases import copy_run, exit_code_and_error
 from conftest import ROOT
 
 from scanrl.harness import ConfigError
-from scanrl.harness.files import LOCK_NAME, RunLock
+from scanrl.harness.files import LOCK_NAME, RunLock, open_regular
 
 HOLD_LOCK = ("import sys, time; sys.path.insert(0, sys.argv[2]); from scanrl.harness.files import RunLock; "
              "RunLock(sys.argv[1], '--resume'); print('locked', flush=True); time.sleep(600)")
@@ -50,6 +50,9 @@ def test_a_run_directory_has_one_owner_and_a_dead_one_holds_it_no_more(tmp_path)
     lock = RunLock(str(tmp_path), "--resume")
     assert (tmp_path / LOCK_NAME).read_text().strip() == str(os.getpid())
     with pytest.raises(ConfigError, match=rf"pid {os.getpid()}"):
+        RunLock(str(tmp_path), "--resume")
+    (tmp_path / LOCK_NAME).write_text("1\nwarning: forged\x1b[31m")  # the owner's file, written by anyone: only a
+    with pytest.raises(ConfigError, match=r"^[^\n]*\(pid unknown\) is training[^\n]*$"):  # pid is shown
         RunLock(str(tmp_path), "--resume")
     lock.release()
     assert not (tmp_path / LOCK_NAME).exists()
@@ -132,3 +135,17 @@ def test_the_harness_writes_no_file_through_a_planted_link(tmp_path):
         with pytest.raises(OSError, match="a link"):
             write()
     assert not any(outside.iterdir())
+
+
+def test_a_file_read_back_is_opened_only_if_it_is_a_regular_file(tmp_path):
+    """A FIFO planted where a file is read back is not waited on, a device (a link to /dev/zero) not read without
+    end, a folder not opened: OSError at once."""
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "zero").symlink_to("/dev/zero")
+    (tmp_path / "folder").mkdir()
+    for name in ("fifo", "zero", "folder"):
+        with pytest.raises(OSError, match="not a regular file"):
+            open_regular(tmp_path / name)
+    (tmp_path / "file").write_text("text")
+    with open_regular(tmp_path / "file") as f:
+        assert f.read() == "text"

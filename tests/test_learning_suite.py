@@ -384,21 +384,122 @@ def test_cli_only_leaves_the_committed_report_alone(run_script, fabricated, tmp_
     assert "| ppo-cart |" in (out_dir / "learning_tiny.md").read_text()
 
 
+POSITIVE = "must be a positive integer up to 2,147,483,647, got"
+
+
 @pytest.mark.parametrize("flags, message", [
-    (dict(random_scores=True, random_episodes=-5), "error: --random-episodes must be a positive integer, got -5"),
-    (dict(random_scores=True, random_episodes=0), "error: --random-episodes must be a positive integer, got 0"),
+    (dict(random_scores=True, random_episodes=-5), f"error: --random-episodes {POSITIVE} -5"),
+    (dict(random_scores=True, random_episodes=0), f"error: --random-episodes {POSITIVE} 0"),
+    (dict(random_scores=True, random_episodes=2**63), f"error: --random-episodes {POSITIVE} {2**63}"),
     (dict(out_dir="a-file/runs"), "error: --out-dir a-file/runs: {tmp}/a-file is a file, not a directory; choose "
                                   "another --out-dir"),
-    (dict(verify="ppo-CartPole-v1", verify_seeds=0), "error: --verify-seeds must be a positive integer, got 0"),
-    (dict(verify="ppo-CartPole-v1", verify_seeds=-3), "error: --verify-seeds must be a positive integer, got -3"),
+    (dict(records="a-file", record=True), "error: --records a-file: {tmp}/a-file is a file, not a directory; "
+                                          "choose another --records"),
+    (dict(results="."), "error: --results . is a folder: name the report's file (the PNGs go beside it)"),
+    (dict(out_dir=""), 'error: --out-dir "": a path must be given, with no control character'),
+    (dict(out_dir="runs\nx"), 'error: --out-dir "runs\\nx": a path must be given, with no control character'),
+    (dict(verify="ppo-CartPole-v1", verify_seeds=0), f"error: --verify-seeds {POSITIVE} 0"),
+    (dict(verify="ppo-CartPole-v1", verify_seeds=-3), f"error: --verify-seeds {POSITIVE} -3"),
+    (dict(verify="ppo-CartPole-v1", verify_seeds=10**30), f"error: --verify-seeds {POSITIVE} {10**30}"),
     (dict(verify_seeds=2), "error: --verify-seeds is the seed count of --verify ENTRY: give --verify too"),
+    (dict(verify=""), "error: --verify : name one entry of the suite"),  # it trained every entry's record
+    (dict(verify="ppo-CartPole-v1,dqn-CartPole-v1"), "error: --verify ppo-CartPole-v1,dqn-CartPole-v1: name one "
+                                                     "entry of the suite"),
+    (dict(suite="x\ny"), 'error: --suite "x\\ny": unknown; the suites are full, quick, minatar, memory, '
+                         "offpolicy (or --suite-file)"),
+    (dict(only=("a\x1b[31m",)), 'error: --only: unknown entry "a\\u001b[31m"; the suite has: '),
+    (dict(suite_file="/dev/zero"), "error: --suite-file /dev/zero: not a regular file"),
 ])
 def test_bad_arguments_exit_2_with_one_line_before_anything_runs(flags, message, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a-file").write_text("")
+    no_script_runs(monkeypatch)
     assert learning.main(learning.Args(**flags)) == 2
     captured = capsys.readouterr()
-    assert captured.err.strip().splitlines() == [message.format(tmp=tmp_path)] and not captured.out
+    (line,) = captured.err.strip().splitlines()
+    assert line.startswith(message.format(tmp=tmp_path)) and not captured.out, line
+    assert sorted(os.listdir(tmp_path)) == ["a-file"]
+
+
+@pytest.mark.parametrize("change, wrong", [
+    (dict(name="a\nb"), 'entry name "a\\nb" must be one directory name'),
+    (dict(script="../../evil.py"), 'entry ppo-cart: script "../../evil.py" is not ppo.py, the script of algo ppo'),
+    (dict(total_timesteps="1000"), "entry 'ppo-cart': total_timesteps is \"1000\", not int"),
+    (dict(sampled_episodes=True), "entry 'ppo-cart': sampled_episodes is true, not int"),
+    (dict(flags="--lr"), "entry 'ppo-cart': flags is not a list"),
+    ("suite named ../..", 'suite name "../.." must be one directory name'),
+    ("a FIFO", "not a regular file"),
+    ("nested too deeply", "nested too deeply"),
+])
+def test_a_suite_file_that_is_not_a_suite_exits_2_with_one_line(change, wrong, fabricated, tmp_path, capsys,
+                                                                  monkeypatch):
+    """A suite file is read as data: a field of another type, a script other than the algo's (a suite file would run
+    any program), a name that is no one directory name (a suite's name made its out dir: "../.." wrote beside the
+    repository), a FIFO or nesting no parser takes are one line, before anything runs or is written."""
+    out_dir, entries = fabricated
+    path = tmp_path / "suite.json"
+    write_suite(path, entries[0])
+    if change == "a FIFO":
+        path.unlink()
+        os.mkfifo(path)
+    elif change == "nested too deeply":
+        path.write_text("[" * 100_000)
+    else:
+        suite = json.loads(path.read_text())
+        suite.update(name="../..") if isinstance(change, str) else suite["entries"][0].update(change)
+        path.write_text(json.dumps(suite))
+    no_script_runs(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    args = learning.Args(suite_file=str(path), report_only=change == "suite named ../..")
+    assert learning.main(args) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: ") and wrong in line, line
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before and not (tmp_path.parent / "runs").exists()
+
+
+def of_the_wrong_shape(name, text) -> str:
+    """A file the runner reads back, `text` as written, given a value of another shape."""
+    if name == "metrics.csv":
+        return text.replace("episodes", "episode")
+    if name == "record":
+        return json.dumps({**json.loads(text), "curve": {"env_steps": [], "episode_return": []}})
+    return json.dumps({"summary.json": {"eval_return": "high"}, "config.json": [],
+                       MACHINE_FILE: {"sampled_eval": [], "machine": {"gpus": [{"driver": 5}]}}}[name])
+
+
+@pytest.mark.parametrize("name", ["summary.json", MACHINE_FILE, "metrics.csv", "config.json", "record"])
+@pytest.mark.parametrize("damage", ["a FIFO", "a link to /dev/zero", "nested too deeply", "of the wrong shape"])
+def test_a_file_the_runner_reads_back_that_is_not_its_own_exits_2_with_one_line(name, damage, fabricated, tmp_path,
+                                                                                  capsys, monkeypatch):
+    """Every file the runner and the report read back (a run directory's summary.json, the runner's notes,
+    metrics.csv and config.json, an entry's record): a FIFO (it waited forever), a device (read without end), JSON
+    nested too deeply for the parser, a value of another shape (each was a traceback) is one line naming the file,
+    and nothing is run or written."""
+    out_dir, entries = fabricated
+    run_dir, records = out_dir / entries[0].name, tmp_path / "records"
+    (run_dir / MACHINE_FILE).write_text(json.dumps(runner_notes(entries[0])))
+    if name == "record":
+        write_record(entries[0], str(run_dir), str(records))
+        shutil.rmtree(run_dir)
+    path = records / "ppo-cart.json" if name == "record" else run_dir / name
+    text = path.read_text()
+    path.unlink()
+    if damage == "a FIFO":
+        os.mkfifo(path)
+    elif damage == "a link to /dev/zero":
+        path.symlink_to("/dev/zero")
+    else:
+        path.write_text("[" * 100_000 if damage == "nested too deeply" else of_the_wrong_shape(name, text))
+    suite = write_suite(tmp_path / "tiny.json", entries[0])
+    no_script_runs(monkeypatch)
+    before = sorted(tmp_path.rglob("*"))
+    args = learning.Args(suite_file=suite, out_dir=str(out_dir), records=str(records),
+                         results=str(tmp_path / "learning.md"))
+    assert learning.main(args) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: {path} cannot be read ("), line
+    assert sorted(tmp_path.rglob("*")) == before
 
 
 def test_the_runner_knows_the_optional_suites_as_envs_does():
@@ -661,9 +762,11 @@ def test_a_signal_to_the_runner_is_passed_on_to_its_script(signum, tmp_path, mon
         "with open(os.path.join(run_dir, 'started'), 'w') as f:\n"
         "    f.write(str(os.getpgid(0)))\n"
         "time.sleep(60)\n")
-    e = entry("ppo-cart", "ppo", str(script), "CartPole-v1", 1000, 2)
+    e = entry("ppo-cart", "ppo", "ppo.py", "CartPole-v1", 1000, 2)
     out_dir, results = tmp_path / "runs", tmp_path / "learning.md"
     monkeypatch.setattr(runner, "machine", lambda: {"cpu": "a CPU", "cores": 2, "backend": "cpu", "jax": "0"})
+    monkeypatch.setattr(runner, "command", lambda e, out_dir, run_dir, fresh=False: [  # a suite runs only its
+        sys.executable, str(script), "--out-dir", out_dir, e.name])                    # scripts
 
     def signal_the_runner():
         started = out_dir / e.name / "started"
@@ -696,12 +799,14 @@ def verify_case(fabricated, tmp_path, command=None, **changes):
     (run_dir / "config.json").write_text(json.dumps({**config, "num_envs": 8, "anneal_lr": False,
                                                      "learning_rate": 0.0005, "out_dir": "runs/learning/fake",
                                                      "sweep": []}))
-    summary = json.loads((run_dir / "summary.json").read_text())
-    (run_dir / "summary.json").write_text(json.dumps({**summary, **changes.pop("summary", {})}))
-    notes = runner_notes(e, **changes)
+    notes = runner_notes(e)
     notes["command"] = notes["command"] if command is None else command
     (run_dir / MACHINE_FILE).write_text(json.dumps(notes))
-    write_record(e, str(run_dir), str(records))
+    write_record(e, str(run_dir), str(records))  # then changed: a run's files of the wrong shape are not recorded
+    record = json.loads((records / "ppo-cart.json").read_text())
+    record["summary"].update(changes.pop("summary", {}))
+    record["run"].update(changes)
+    (records / "ppo-cart.json").write_text(json.dumps(record))
     return write_suite(tmp_path / "tiny.json", e), records, records / "ppo-cart.json"
 
 
@@ -795,3 +900,12 @@ def test_verify_checks_every_record_field_before_training(fabricated, tmp_path, 
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"error: {path}") and wrong in line, line
     assert not (tmp_path / "v").exists()
+
+
+def test_a_records_text_stays_in_its_cell_of_the_committed_report():
+    """A record's text with a line break or '|' wrote lines of its own into the committed markdown report."""
+    from benchmarks.suite.report import provenance_cells
+
+    cells = provenance_cells({"commit": "abc\n# injected", "command": "python ppo.py | tee",
+                              "machine": {"cpu": "a\nCPU", "cores": 2, "jax": "0"}, "versions": {"jax\n": "0"}})
+    assert not any("\n" in cell for cell in cells) and cells[1] == "`python ppo.py \\| tee`"

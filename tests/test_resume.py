@@ -3,6 +3,7 @@ checkpoint's config: a missing, foreign, damaged or edited one is one error line
 command line names."""
 
 import json
+import os
 import shutil
 
 import pytest
@@ -174,3 +175,26 @@ def test_a_run_written_before_a_field_existed_takes_the_only_value_it_had(tmp_pa
         assert capsys.readouterr().out == (
             f"--resume: {run_dir / 'config.json'} has no {field}: it was written before {module.__name__}.py had "
             f"--{field}, so the run trained with --{field} {value}, the only value then\n")
+
+
+def test_a_fifo_or_link_where_a_run_reads_back_is_one_line_never_waited_on(tmp_path):
+    """A FIFO at metrics.csv hung --resume (the check that no recorded progress is lost read it, and the rebuilt
+    file's column order too); a link at checkpoints/ was followed by --resume, and a FIFO there told --eval to
+    --resume."""
+    from scanrl.harness.resume import require_checkpoint_folder, require_checkpoints_for_progress
+    from scanrl.harness.rundir import columns_kept
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    os.mkfifo(run_dir / "metrics.csv")
+    require_checkpoints_for_progress(str(run_dir), "ppo.py")  # no rows to lose: it returns at once
+    assert columns_kept(str(run_dir / "metrics.csv"), ("env_steps", "episodes")) == ("env_steps", "episodes")
+    (tmp_path / "outside").mkdir()
+    (run_dir / "checkpoints").symlink_to(tmp_path / "outside", target_is_directory=True)
+    with pytest.raises(harness.ConfigError, match=r"^--resume: .*/checkpoints is a link; move it away"):
+        require_checkpoints_for_progress(str(run_dir), "ppo.py")
+    assert require_checkpoint_folder(str(run_dir), "--eval")  # read only: a link the user made is read through
+    (run_dir / "checkpoints").unlink()
+    os.mkfifo(run_dir / "checkpoints")
+    with pytest.raises(harness.ConfigError, match=r"^--eval: .*/checkpoints is not a folder; move it away"):
+        require_checkpoint_folder(str(run_dir), "--eval")

@@ -310,3 +310,7 @@ def test_a_failed_write_names_the_file_and_what_fixes_it():
     assert str(write_failed(full, "ppo.py", "/r", "CartPole-v1")).startswith(
         "error: cannot write /r/summary.json: No space left on device; training stopped, the checkpoints written so "
         "far are kept; make room, then")
+    planted = OSError(errno.ELOOP, "a link, not a folder of the run (it is never written through)",
+                      "/r/damaged_checkpoints")
+    assert "; move it away (the run makes its own), then continue with: python ppo.py --resume /r" in \
+        str(write_failed(planted, "ppo.py", "/r", "CartPole-v1"))

@@ -113,34 +113,87 @@ def entry(name, algo, script, env, total_timesteps, num_seeds, flags=(), referen
 
 
 def load_suite_file(path) -> tuple[str, tuple[Entry, ...]]:
-    """-> (suite name, entries) of a JSON suite file; SuiteError if it cannot be read."""
+    """-> (suite name, entries) of a JSON suite file; SuiteError if it cannot be read or a field is of another type
+    than Entry's."""
+    from scanrl.harness.files import open_regular  # here: this module is read by tools that need no scanrl
+
     try:
-        with open(path) as f:
+        with open_regular(path) as f:
             data = json.load(f)
         entries = []
         for item in data["entries"]:
             fields = dict(item)
             if isinstance(fields.get("reference"), dict):
                 fields["reference"] = Reference(**fields["reference"])
+            if not isinstance(fields.get("flags", ()), list | tuple):
+                raise TypeError(f"entry {fields.get('name')!r}: flags is not a list")
             fields["flags"] = tuple(fields.get("flags", ()))
             if "low" not in fields and "high" not in fields:
                 low, high, source = SCORE_RANGES.get(fields.get("env"), (None, None, ""))
                 fields.update(low=low, high=high, range_source=source)
             entries.append(Entry(**fields))
         name = data.get("name") or os.path.splitext(os.path.basename(path))[0]
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise SuiteError(f"--suite-file {path}: {error}") from None
+        if not isinstance(name, str):
+            raise TypeError("name is not a string")
+        for e in entries:
+            check_types(e)
+    except RecursionError:
+        raise SuiteError(f"--suite-file {shown_text(path)}: nested too deeply") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        text = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        raise SuiteError(f"--suite-file {shown_text(path)}: {shown_text(text)}") from None
+    check_name(name, "suite name")
     return name, tuple(entries)
 
 
+# Entry's fields and the JSON types a suite file may give them.
+FIELD_TYPES = {"name": str, "algo": str, "script": str, "env": str, "total_timesteps": int, "num_seeds": int,
+               "range_source": str, "gpu_only": bool, "seed": int, "sampled_episodes": int}
+
+
+def check_types(e: Entry):
+    """TypeError naming the first field of a suite file's entry whose value is not of Entry's type."""
+    for key, kind in FIELD_TYPES.items():
+        value = getattr(e, key)
+        if not isinstance(value, kind) or kind is int and isinstance(value, bool):
+            raise TypeError(f"entry {e.name!r}: {key} is {json.dumps(value)}, not {kind.__name__}")
+    for key in ("low", "high"):
+        value = getattr(e, key)
+        if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)):
+            raise TypeError(f"entry {e.name!r}: {key} is {json.dumps(value)}, not a number or null")
+    if not all(isinstance(flag, str) for flag in e.flags):
+        raise TypeError(f"entry {e.name!r}: flags is not a list of strings")
+    if not isinstance(e.reference, Reference) or not isinstance(e.reference.text, str) or \
+            not isinstance(e.reference.source, str):
+        raise TypeError(f"entry {e.name!r}: reference is not {{value, text, source}}")
+
+
+def shown_text(text) -> str:
+    """A string as a one-line message shows it: as JSON writes it where it holds a control character."""
+    text = str(text)
+    return text if text.isprintable() else json.dumps(text)
+
+
+def check_name(name, what):
+    """SuiteError unless `name` is one directory name that a message shows as it is (no '/', control character)."""
+    if not name or "/" in name or name in (".", "..") or not name.isprintable():
+        raise SuiteError(f"{what} {json.dumps(name)} must be one directory name, with no control character")
+
+
 def check_entries(entries):
-    """SuiteError unless the names are distinct directory names and each algo label is known."""
+    """SuiteError unless the names are distinct directory names, each algo label is known and its script is the
+    label's (a suite file names no other program to run), and the counts are positive."""
     names = [e.name for e in entries]
     for e in entries:
-        if not e.name or "/" in e.name or e.name in (".", ".."):
-            raise SuiteError(f"entry name {e.name!r} must be one directory name")
+        check_name(e.name, "entry name")
         if e.algo not in SCRIPT_ALGO:
-            raise SuiteError(f"entry {e.name}: algo {e.algo!r} is not one of {', '.join(SCRIPT_ALGO)}")
+            raise SuiteError(f"entry {e.name}: algo {json.dumps(e.algo)} is not one of {', '.join(SCRIPT_ALGO)}")
+        if e.script != f"{SCRIPT_ALGO[e.algo]}.py":
+            raise SuiteError(f"entry {e.name}: script {json.dumps(e.script)} is not {SCRIPT_ALGO[e.algo]}.py, the "
+                             f"script of algo {e.algo}")
+        if e.total_timesteps < 1 or e.num_seeds < 1 or e.sampled_episodes < 0:
+            raise SuiteError(f"entry {e.name}: total_timesteps and num_seeds must be positive, sampled_episodes "
+                             "at least 0")
     if len(set(names)) < len(names):
         raise SuiteError(f"entry names repeat: {', '.join(sorted({n for n in names if names.count(n) > 1}))}")
 
@@ -153,6 +206,6 @@ def select(entries, only) -> tuple[Entry, ...]:
     known = {e.name for e in entries}
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise SuiteError(f"--only: unknown entry {', '.join(unknown)}; the suite has: "
+        raise SuiteError(f"--only: unknown entry {', '.join(map(shown_text, unknown))}; the suite has: "
                          f"{', '.join(e.name for e in entries)}")
     return tuple(e for e in entries if e.name in names)

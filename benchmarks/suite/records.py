@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from scanrl.harness.files import replaced
+from scanrl.harness.files import open_regular, replaced
 
 from .entries import SCRIPT_ALGO, Entry, SuiteError
 from .repository import portable, shown
@@ -64,22 +64,48 @@ def check_config(e: Entry, config: dict, where):
                          f"{'--records' if where.endswith('.json') else '--out-dir'}")
 
 
-def read_json(run_dir, name) -> dict:
-    """A JSON object of a run directory; {} where there is none; SuiteError (one line naming it) if it cannot be read
-    or holds no object."""
+def load_json(path):
+    """The JSON value in the file at `path`; OSError or ValueError saying why not (a FIFO or a device is not waited on
+    or read without end: `open_regular`; nesting too deep for the parser is a ValueError)."""
+    with open_regular(path) as f:
+        try:
+            return json.load(f)
+        except RecursionError:
+            raise ValueError("nested too deeply") from None
+
+
+def problem_text(error) -> str:
+    """An OSError or ValueError as a message shows it, in one line."""
+    text = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+    return " ".join(text.split())
+
+
+def read_json(run_dir, name, fields=None) -> dict:
+    """A JSON object of a run directory; {} where there is none; SuiteError (one line naming it) if it cannot be read,
+    holds no object or (`fields`: a function -> what is wrong with the object, or None) is not of its shape."""
     path = os.path.join(run_dir, name)
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         return {}
     try:
-        with open(path) as f:
-            value = json.load(f)
+        value = load_json(path)
     except (OSError, ValueError) as error:
-        value, problem = None, str(error)
+        value, problem = None, problem_text(error)
     else:
-        problem = None if isinstance(value, dict) else f"it holds {_kind(value)}, not an object"
+        problem = f"it holds {_kind(value)}, not an object" if not isinstance(value, dict) else \
+            fields and fields(value)
     if problem:
         raise SuiteError(f"{shown(path)} cannot be read ({problem}): delete {shown(run_dir)} to run it again")
     return value
+
+
+def read_summary(run_dir) -> dict:
+    """A run directory's summary.json, checked as a record's "summary" is; {} where there is none."""
+    return read_json(run_dir, "summary.json", lambda value: fields_problem("summary", value, SUMMARY_FIELDS))
+
+
+def read_notes(run_dir) -> dict:
+    """The runner's notes of a run (MACHINE_FILE), checked as a record's "run" is; {} where there are none."""
+    return read_json(run_dir, MACHINE_FILE, notes_problem)
 
 
 # What a record says of where its numbers come from (MACHINE_FILE's, as the runner writes them): a record is never
@@ -95,19 +121,30 @@ def lacking_provenance(notes: dict) -> str | None:
 
 def read_curve(run_dir, points=CURVE_POINTS):
     """metrics.csv binned into at most `points` stretches of iterations: -> (env steps at each stretch's end,
-    (seeds, points) mean return of the episodes that ended in it, NaN where none did)."""
-    with open(os.path.join(run_dir, "metrics.csv"), newline="") as f:
-        rows = list(csv.DictReader(f))
-    seeds = sorted({int(r["seed"]) for r in rows})
-    iterations = max(int(r["iteration"]) for r in rows)  # counted from 1
+    (seeds, points) mean return of the episodes that ended in it, NaN where none did). SuiteError, one line naming
+    it, for a metrics.csv that cannot be read or is not of the scripts' shape."""
+    path = os.path.join(run_dir, "metrics.csv")
+    try:
+        with open_regular(path, newline="") as f:
+            rows = [(int(r["seed"]), int(r["iteration"]), float(r["env_steps"]), float(r["episodes"]),
+                     float(r["episode_return"])) for r in csv.DictReader(f)]
+        if not rows:
+            raise ValueError("it has no rows")
+        iterations = max(r[1] for r in rows)  # counted from 1
+        if min(r[1] for r in rows) < 1 or iterations > len(rows):  # no row for most iterations: a forged count
+            raise ValueError(f"its iterations run from {min(r[1] for r in rows)} to {iterations} in {len(rows)} rows")
+    except (OSError, ValueError, TypeError, KeyError, csv.Error) as error:
+        problem = f"no column {error}" if isinstance(error, KeyError) else problem_text(error)
+        raise SuiteError(f"{shown(path)} cannot be read ({problem}): delete {shown(run_dir)} to run it again") \
+            from None
+    seeds = sorted({r[0] for r in rows})
     returns = np.full((len(seeds), iterations), np.nan)
     episodes = np.zeros((len(seeds), iterations))
     steps = np.zeros(iterations)
     where = {s: i for i, s in enumerate(seeds)}
-    for r in rows:
-        i, u = where[int(r["seed"])], int(r["iteration"]) - 1
-        returns[i, u], episodes[i, u], steps[u] = float(r["episode_return"]), float(r["episodes"]), \
-            float(r["env_steps"])
+    for seed, iteration, env_steps, count, episode_return in rows:
+        i, u = where[seed], iteration - 1
+        returns[i, u], episodes[i, u], steps[u] = episode_return, count, env_steps
     edges = np.linspace(0, iterations, min(points, iterations) + 1).astype(int)
     total = np.add.reduceat(np.nan_to_num(returns) * episodes, edges[:-1], axis=1)
     count = np.add.reduceat(episodes, edges[:-1], axis=1)
@@ -126,8 +163,8 @@ def write_record(e: Entry, run_dir, records) -> str:
     at all; -> its path."""
     steps, returns = read_curve(run_dir)
     record = {"config": portable(read_json(run_dir, "config.json")),
-              "summary": portable(read_json(run_dir, "summary.json")),
-              "run": portable(read_json(run_dir, MACHINE_FILE)),
+              "summary": portable(read_summary(run_dir)),
+              "run": portable(read_notes(run_dir)),
               "curve": {"env_steps": steps.tolist(),
                         "episode_return": [[None if np.isnan(v) else v for v in row] for row in returns.tolist()]}}
     path = record_path(records, e)
@@ -187,7 +224,8 @@ SUMMARY_FIELDS = (("eval_return", True, "a list of numbers (or null)", lambda v:
 MACHINE_FIELDS = (("cpu", True, "a string", _is(str)), ("cores", True, "a positive integer", _count),
                   ("jax", True, "a string", _is(str)), ("backend", False, "a string", _is(str)),
                   ("devices", False, "a list of strings", _strings), ("python", False, "a string", _is(str)),
-                  ("gpus", False, "a list of objects", lambda v: isinstance(v, list) and all(map(_is(dict), v))))
+                  ("gpus", False, "a list of objects of strings", lambda v: isinstance(v, list) and all(
+                      isinstance(g, dict) and all(isinstance(x, str) for x in g.values()) for g in v)))
 RUN_FIELDS = (("machine", False, "an object", _is(dict)), ("commit", False, "a string", _is(str)),
               ("dirty", False, "a boolean", _is(bool)), ("command", False, "a string", _is(str)),
               ("versions", False, "an object of strings",
@@ -211,6 +249,20 @@ def fields_problem(where, value: dict, fields) -> str | None:
     return None
 
 
+def notes_problem(run: dict) -> str | None:
+    """What is wrong with the runner's notes of a run (a record's "run", MACHINE_FILE), in a few words; None if
+    nothing."""
+    problem = fields_problem("run", run, RUN_FIELDS) or \
+        run.get("machine") and fields_problem("run.machine", run["machine"], MACHINE_FIELDS)
+    if problem:
+        return problem
+    sampled = run.get("sampled_eval")
+    if sampled is not None and not (isinstance(sampled, dict) and _count(sampled.get("episodes"))
+                                    and _numbers(sampled.get("per_seed"))):
+        return '"run.sampled_eval" is not {"episodes": a positive integer, "per_seed": a list of numbers}'
+    return None
+
+
 def record_problem(record) -> str | None:
     """What keeps a parsed record from being read (each field the runner, the report and --verify use, its kind and
     that its numbers are finite), in a few words; None if nothing does. Keys beyond these are let be."""
@@ -223,18 +275,14 @@ def record_problem(record) -> str | None:
             return f'"{key}" is {_kind(record[key])}, not an object'
     summary, run, curve = record["summary"], record["run"], record["curve"]
     problem = (summary and fields_problem("summary", summary, SUMMARY_FIELDS)  # {}: a run that never finished
-               or fields_problem("run", run, RUN_FIELDS)
-               or run.get("machine") and fields_problem("run.machine", run["machine"], MACHINE_FIELDS))
+               or notes_problem(run))
     if problem:
         return problem
-    sampled = run.get("sampled_eval")
-    if sampled is not None and not (isinstance(sampled, dict) and _count(sampled.get("episodes"))
-                                    and _numbers(sampled.get("per_seed"))):
-        return '"run.sampled_eval" is not {"episodes": a positive integer, "per_seed": a list of numbers}'
     steps, rows = curve.get("env_steps"), curve.get("episode_return")
-    if not _numbers(steps):
-        return '"curve.env_steps" is not a list of numbers'
-    if not (isinstance(rows, list) and all(_numbers(row, null=True) and len(row) == len(steps) for row in rows)):
+    if not (_numbers(steps) and steps):
+        return '"curve.env_steps" is not a list of numbers, one at least'
+    if not (isinstance(rows, list) and rows and all(_numbers(row, null=True) and len(row) == len(steps)
+                                                    for row in rows)):
         return f'"curve.episode_return" is not a list of rows of {len(steps)} numbers (or null), one per seed'
     return None
 
@@ -245,13 +293,12 @@ def read_record(e: Entry, records) -> dict | None:
     for a finished run, so a broken one is refused rather than skipped: skipping would rerun the entry, or leave it
     out of the report, without a word."""
     path = record_path(records, e)
-    if path is None or not os.path.exists(path):
+    if path is None or not os.path.lexists(path):
         return None
     try:
-        with open(path) as f:
-            record = json.load(f)
+        record = load_json(path)
     except (OSError, ValueError) as error:
-        problem = str(error)
+        problem = problem_text(error)
     else:
         problem = record_problem(record)
     if problem:

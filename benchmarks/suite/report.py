@@ -3,7 +3,6 @@ reference), per algorithm an aggregate over its envs with curves and a performan
 directories and, where they are gone, the records."""
 
 import datetime
-import json
 import os
 from dataclasses import dataclass
 
@@ -15,7 +14,7 @@ from scanrl.harness.files import replaced
 from . import repository
 from .entries import Entry
 from .plots import plot_curves, plot_profile
-from .records import MACHINE_FILE, read_curve, read_record, record_path
+from .records import read_curve, read_notes, read_record, read_summary, record_path
 from .repository import inside_repository, shown
 from .scores import normalize
 
@@ -42,10 +41,8 @@ def resumed_note(summary) -> str:
 def read_result(e: Entry, out_dir, records=None) -> Result | None:
     """A finished entry from its run directory, or else from its record; None if neither is there."""
     run_dir = os.path.join(out_dir, e.name)
-    try:
-        with open(os.path.join(run_dir, "summary.json")) as f:
-            summary = json.load(f)
-    except (OSError, ValueError):
+    summary = read_summary(run_dir)  # {} where there is none; SuiteError, one line, for one that cannot be read
+    if not summary:
         record = read_record(e, records)
         if record is None:
             return None
@@ -53,10 +50,7 @@ def read_result(e: Entry, out_dir, records=None) -> Result | None:
         steps = np.array(record["curve"]["env_steps"], dtype=float)
         curve = (steps, np.array(record["curve"]["episode_return"], dtype=float).reshape(-1, steps.size))
     else:
-        extra, source, curve = {}, run_dir, read_curve(run_dir)
-        if os.path.exists(os.path.join(run_dir, MACHINE_FILE)):
-            with open(os.path.join(run_dir, MACHINE_FILE)) as f:
-                extra = json.load(f)
+        extra, source, curve = read_notes(run_dir), run_dir, read_curve(run_dir)
 
     def per_seed(key):
         return np.array([np.nan if v is None else v for v in summary[key]], dtype=float)
@@ -111,9 +105,16 @@ def provenance_cells(extra: dict) -> list[str]:
                                        else " (clean or dirty: not recorded)")
     versions = extra.get("versions") or {}
     machine = extra.get("machine")
-    return [commit or NOT_RECORDED, f"`{extra['command']}`" if extra.get("command") else NOT_RECORDED,
-            describe_machine(machine) if machine else NOT_RECORDED,
-            ", ".join(f"{k} {v}" for k, v in versions.items()) or NOT_RECORDED]
+    cells = [commit or NOT_RECORDED, f"`{extra['command']}`" if extra.get("command") else NOT_RECORDED,
+             describe_machine(machine) if machine else NOT_RECORDED,
+             ", ".join(f"{k} {v}" for k, v in versions.items()) or NOT_RECORDED]
+    return [table_cell(c) for c in cells]
+
+
+def table_cell(text) -> str:
+    """A record's text as one cell of a markdown table: a line break or '|' (which would end the row or the cell
+    early, and let a record write lines of its own into a committed report) made harmless."""
+    return " ".join(str(text).split()).replace("|", "\\|")
 
 
 def normalization(results) -> dict:

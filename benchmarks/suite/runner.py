@@ -17,7 +17,16 @@ from scanrl.harness.files import replaced
 
 from . import repository
 from .entries import Entry, SuiteError, SuiteStopped
-from .records import MACHINE_FILE, check_config, lacking_provenance, read_json, read_record, record_path, write_record
+from .records import (
+    MACHINE_FILE,
+    check_config,
+    lacking_provenance,
+    read_json,
+    read_notes,
+    read_record,
+    record_path,
+    write_record,
+)
 from .repository import portable, shown
 
 
@@ -97,12 +106,8 @@ def check_run_dir(e: Entry, run_dir):
         raise SuiteError(f"{shown(run_dir)} is a link (to {os.readlink(run_dir)}), not a run directory the suite "
                          f"made: it never resumes or records a run through a link; remove the link (what it points "
                          f"to is left alone), or choose another --out-dir")
-    try:
-        with open(os.path.join(run_dir, "config.json")) as f:
-            config = json.load(f)
-    except (OSError, ValueError):
-        return  # no config: the run never started; the script refuses or resumes it as it sees fit
-    check_config(e, config, run_dir)
+    if os.path.lexists(os.path.join(run_dir, "config.json")):  # none: the run never started; the script refuses
+        check_config(e, read_json(run_dir, "config.json"), run_dir)  # or resumes it as it sees fit
 
 
 def command(e: Entry, out_dir, run_dir, fresh=False) -> list[str]:
@@ -118,7 +123,7 @@ def evaluate_sampled(e: Entry, run_dir, head) -> bool:
     """Adds the final policies' returns with actions sampled (`--eval-sampled`, `e.sampled_episodes` episodes per
     seed) to the run's MACHINE_FILE, unless it holds them already or the entry asks for none; False if it failed."""
     path = os.path.join(run_dir, MACHINE_FILE)
-    run = read_json(run_dir, MACHINE_FILE)
+    run = read_notes(run_dir)
     if e.sampled_episodes <= 0 or run.get("sampled_eval", {}).get("episodes") == e.sampled_episodes:
         return True
     cmd = [sys.executable, e.script, "--eval", run_dir, "--eval-sampled", "--eval-episodes", str(e.sampled_episodes)]
@@ -208,7 +213,7 @@ def record_run(e: Entry, run_dir, records, head) -> bool:
     """Writes a finished run's record, and says where; False, with one line and nothing written, where its run
     directory lacks the runner's notes of where its numbers come from (a run that finished with no runner waiting for
     it): a record never goes without them."""
-    lacking = lacking_provenance(read_json(run_dir, MACHINE_FILE))
+    lacking = lacking_provenance(read_notes(run_dir))
     if lacking:
         print(f"{head}: not recorded: {shown(os.path.join(run_dir, MACHINE_FILE))} has no {lacking} (the runner "
               f"writes them as it runs the entry); delete {shown(run_dir)} to run {e.name} again", flush=True)
@@ -235,7 +240,7 @@ def run_entries(entries, out_dir, records=None, write_records=True) -> list[str]
             if not evaluate_sampled(e, run_dir, head):
                 failed.append(e.name)
             elif write_records and records is not None and \
-                    (read_record(e, records) or {}).get("run") != portable(read_json(run_dir, MACHINE_FILE)) and \
+                    (read_record(e, records) or {}).get("run") != portable(read_notes(run_dir)) and \
                     not record_run(e, run_dir, records, head):
                 failed.append(e.name)
             continue

@@ -8,6 +8,8 @@ import dataclasses
 import itertools
 import logging
 import os
+import stat
+import sys
 import zlib
 
 import jax
@@ -15,11 +17,31 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from scanrl.harness.files import folder
-from scanrl.harness.flags import ConfigError
+from scanrl.harness.flags import ConfigError, escaped
 
 # What orbax says when the state it is asked to restore has other keys or leaves than the checkpoint: the script's
 # state changed (a fork edited, an older version), not damage; older checkpoints of the run would say the same.
 STRUCTURE_MISMATCH = ("Structure mismatch", "tree structures do not match", "not found in metadata_tree")
+
+
+def quiet_abandoned_reads():
+    """Installs (once) a sys.unraisablehook that drops what the reads orbax abandons when a damaged checkpoint fails
+    raise after the fact (a tensorstore callback's "Event loop is closed", an orbax coroutine's error collected
+    unawaited: each printed a traceback after the one-line warning), and passes anything else on to the hook before
+    it."""
+    previous = sys.unraisablehook
+    if getattr(previous, "drops_abandoned_reads", False):
+        return
+
+    def hook(unraisable):
+        code = getattr(unraisable.object, "cr_code", None)  # a coroutine's
+        if unraisable.exc_type is RuntimeError and str(unraisable.exc_value) == "Event loop is closed" or \
+                code is not None and f"{os.sep}orbax{os.sep}" in code.co_filename:
+            return
+        previous(unraisable)
+
+    hook.drops_abandoned_reads = True
+    sys.unraisablehook = hook
 
 
 class Checkpoints:
@@ -29,12 +51,16 @@ class Checkpoints:
     def __init__(self, run_dir, keep=None):
         # orbax logs many absl lines per event (a read-only open, a failed write); the harness says one of its own.
         logging.getLogger("absl").setLevel(logging.CRITICAL)
+        quiet_abandoned_reads()
         self.run_dir, self.folder = run_dir, os.path.join(run_dir, "checkpoints")
         if keep is not None:  # made by the run itself: a link planted at the name is refused, never written through
             folder(self.folder)
         self.manager = ocp.CheckpointManager(
             os.path.abspath(self.folder),
-            options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=keep is not None, read_only=keep is None),
+            # lightweight: orbax reads no step's files when it opens the folder (a FIFO planted in one would block
+            # it there); each checkpoint read is checked first (`meta`)
+            options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=keep is not None, read_only=keep is None,
+                                                 lightweight_initialize=True),
         )
 
     def __enter__(self):
@@ -83,7 +109,11 @@ class Checkpoints:
             raise OSError(0, cause, self.folder) from None
 
     def meta(self, step) -> dict:
-        """Checkpoint `step`'s record: {algo, env, iterations, config, checksums}."""
+        """Checkpoint `step`'s record: {algo, env, iterations, config, checksums}; ValueError, before orbax opens any
+        of its files, if the checkpoint holds anything but folders and files (`not_written_by_orbax`)."""
+        problem = not_written_by_orbax(os.path.join(self.folder, str(step)))
+        if problem:
+            raise ValueError(problem)
         return self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
 
     def restore(self, which, name, config, abstract_runner, with_history):
@@ -92,13 +122,22 @@ class Checkpoints:
         the run has no checkpoint yet; ConfigError if none can be read, or for one of another algorithm or env.
         `which`: the flag that named the run directory."""
         errors = []
+        strays = [int(n) for n in (os.listdir(self.folder) if os.path.isdir(self.folder) else ()) if n.isdigit() and
+                  not stat.S_ISDIR(os.lstat(os.path.join(self.folder, n)).st_mode)]  # orbax lists folders only
+        if strays and which == "--resume":  # a save of that step would remove it first (a FIFO: blocking there)
+            print(f"warning: {os.path.join(self.folder, str(strays[0]))} is not a folder, so not a checkpoint: it "
+                  "is moved aside", flush=True)
+            self._move_aside(strays)
         for step in sorted(self.manager.all_steps(), reverse=True):
             where = os.path.join(self.folder, str(step))
             try:
                 meta = self.meta(step)
                 if meta["algo"] != name or meta["env"] != config.env:
-                    raise ConfigError(f"{which}: checkpoint {where} is of {meta['algo']} on {meta['env']}, but the run "
-                                      f"is {name} on {config.env}; it does not belong to this run directory")
+                    raise ConfigError(f"{which}: checkpoint {where} is of {escaped(meta['algo'])} on "
+                                      f"{escaped(meta['env'])}, but the run is {name} on {config.env}; it does not "
+                                      "belong to this run directory")
+                if meta.get("iterations", step) != step:  # copied or renamed: it would resume at the wrong place
+                    raise ValueError(f"its record says it was written after iteration {meta['iterations']}")
                 check_shapes(which, where, abstract_runner)
                 items = {"runner": ocp.args.StandardRestore(without_empty(abstract_runner))}
                 if with_history:
@@ -137,6 +176,20 @@ class Checkpoints:
             target = next(t for t in names if not os.path.lexists(t))  # an earlier damaged copy of that step stays
             os.replace(os.path.join(self.folder, str(step)), target)
         self.manager.reload()
+
+
+def not_written_by_orbax(step_folder) -> str | None:
+    """What in a checkpoint's folder orbax never writes (a link, a FIFO, a device: one would be followed out of the
+    run, or block or never end the read), or None. Checked before any of its files is opened."""
+    if not stat.S_ISDIR(os.lstat(step_folder).st_mode):
+        return f"{step_folder} is not a folder"
+    for parent, names, files in os.walk(step_folder):
+        for name in names + files:
+            mode = os.lstat(os.path.join(parent, name)).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                kind = "a link" if stat.S_ISLNK(mode) else "neither a file nor a folder"
+                return f"{os.path.join(parent, name)} is {kind}"
+    return None
 
 
 def check_shapes(which, where, abstract_runner):

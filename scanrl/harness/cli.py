@@ -17,7 +17,13 @@ from scanrl.harness.flags import ConfigError, check_flags, check_paths, given_fi
 from scanrl.harness.loop import awake, compile_job, run_evaluation
 from scanrl.harness.memory import size_flags
 from scanrl.harness.program import eval_policy, evaluation_keys, plan
-from scanrl.harness.resume import read_run_config, resumed, trained_config, trained_fields
+from scanrl.harness.resume import (
+    read_run_config,
+    require_checkpoint_folder,
+    resumed,
+    trained_config,
+    trained_fields,
+)
 from scanrl.harness.stops import RunStopped, StopRequest, env_failure
 from scanrl.harness.sweeps import check_sweep_points, sweep_overrides, sweep_points
 from scanrl.harness.train import train
@@ -140,6 +146,7 @@ def evaluate_run(algorithm, config, stop=None):
     if stop is not None:  # --eval writes nothing but its --gif: nothing to wait for
         stop.stop_at_once("the evaluation stopped; nothing was written")
     job = plan(algorithm, run_config, points, sampled=config.eval_sampled)
+    require_checkpoint_folder(config.eval, "--eval")
     with Checkpoints(config.eval) as checkpoints:
         restored = checkpoints.restore("--eval", algorithm.name, run_config, job.abstract_runner, False)
     if restored is None:

@@ -66,6 +66,19 @@ def save_figure(fig, path):
     return path
 
 
+def open_regular(path, mode="r", **kwargs):
+    """`path` opened for reading, OSError (EINVAL) unless it is a regular file: a FIFO is never waited on, a device
+    (a link to /dev/zero) never read without end."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        return os.fdopen(fd, mode, **kwargs)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def open_append(path, **kwargs):
     """`path` opened for appending, refused (OSError ELOOP) if it is a link, and never created."""
     return os.fdopen(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC), "a", **kwargs)
@@ -98,7 +111,8 @@ class RunLock:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                owner = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                owner = os.pread(fd, 32, 0).decode(errors="replace").strip()
+                owner = owner if owner.isdigit() else "unknown"  # what it holds is shown only if it is a pid
                 os.close(fd)
                 raise ConfigError(f"{which}: another process (pid {owner}) is training in {run_dir}; wait for it to "
                                   f"end or stop it, then --resume it") from None

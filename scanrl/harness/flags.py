@@ -8,6 +8,7 @@ A script's `Config` subclasses `Flags`, adds its algorithm's fields and redefine
 import contextlib
 import dataclasses
 import io
+import json
 import math
 import os
 import sys
@@ -164,6 +165,13 @@ def description(module_doc) -> str:
     summary = (module_doc or "").strip().split("\n\n")[0]
     return (f"{summary}\n\n--sweep can vary the script's own numeric fields (lr is learning_rate), those that do "
             "not set a shape or a loop length; each agent reads its value as config.<field>")
+
+
+def escaped(value) -> str:
+    """`value` as a one-line message shows it: as it is, or where it holds a control character (a newline would split
+    the line, an escape sequence drive the terminal) as JSON writes it."""
+    text = str(value)
+    return text if text.isprintable() else json.dumps(text)
 
 
 def flag(name: str) -> str:

@@ -14,7 +14,8 @@ import types
 import typing
 
 from scanrl.harness.checkpoints import Checkpoints
-from scanrl.harness.flags import LOGGING_FLAGS, ConfigError, flag
+from scanrl.harness.files import open_regular
+from scanrl.harness.flags import LOGGING_FLAGS, ConfigError, escaped, flag
 
 # Fields a script gained after runs had been written, each with the one value it could then have had: a run without
 # it (config.json and checkpoints written before) trained with that value, and --resume and --eval take it.
@@ -107,8 +108,7 @@ def shown_type(hint) -> str:
 def shown(value) -> str:
     """A JSON value as the command line writes it: [64, 64] -> "64 64"; a string with a control character (a
     newline would split the message's one line) as JSON writes it."""
-    text = " ".join(map(str, value)) if isinstance(value, list) else str(value)
-    return text if text.isprintable() else json.dumps(text)
+    return escaped(" ".join(map(str, value)) if isinstance(value, list) else value)
 
 
 def as_json(values) -> dict:
@@ -178,20 +178,29 @@ def resumed(algorithm, config, named=()):
     return dataclasses.replace(config, resume=path)
 
 
+def require_checkpoint_folder(run_dir, which) -> str:
+    """<run_dir>/checkpoints, or ConfigError if something else stands at its name: not a folder (a file, a FIFO), or
+    for --resume, which writes there, a link (a run never writes through one). `which`: --resume or --eval."""
+    folder = os.path.join(run_dir, "checkpoints")
+    what = "a link" if os.path.islink(folder) and which == "--resume" else "not a folder" \
+        if os.path.lexists(folder) and not os.path.isdir(folder) else None
+    if what:
+        raise ConfigError(f"{which}: {folder} is {what}; move it away (and put back the run's checkpoints/ if you "
+                          f"have them), then {which} it again")
+    return folder
+
+
 def require_checkpoints_for_progress(run_dir, script):
     """--resume: ConfigError where metrics.csv (the run's or a sweep point's) records iterations but checkpoints/
     holds none to go on from: starting again would replace them. A run killed before its first checkpoint recorded
     no rows either, and starts again."""
-    folder = os.path.join(run_dir, "checkpoints")
-    if os.path.lexists(folder) and not os.path.isdir(folder):
-        raise ConfigError(f"--resume: {folder} is not a folder; move it away (and put back the run's checkpoints/ "
-                          "if you have them), then resume")
+    folder = require_checkpoint_folder(run_dir, "--resume")
     if os.path.isdir(folder) and any(name.isdigit() for name in os.listdir(folder)):
         return
     done = 0
     for point in ["", *(d for d in os.listdir(run_dir) if "=" in d)]:
         try:
-            with open(os.path.join(run_dir, point, "metrics.csv"), newline="") as f:
+            with open_regular(os.path.join(run_dir, point, "metrics.csv"), newline="") as f:  # a FIFO: no rows
                 for row in csv.reader(f):  # row by row: the rows before a damaged one still count
                     if len(row) > 1 and row[1].isdigit():
                         done = max(done, int(row[1]))

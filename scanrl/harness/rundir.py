@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from scanrl.harness.agents import broadcast
-from scanrl.harness.files import RunLock, replaced
+from scanrl.harness.files import RunLock, open_regular, replaced
 from scanrl.harness.flags import ConfigError
 from scanrl.harness.metrics import MetricsCsv
 from scanrl.harness.sweeps import point_label, point_rows
@@ -79,7 +79,7 @@ def columns_kept(path, keys) -> tuple:
     """`keys` in the order of metrics.csv's header at `path` where it has these columns (a run an earlier version
     wrote keeps its order when resumed), else `keys`, saying which columns change."""
     try:
-        with open(path, newline="") as f:
+        with open_regular(path, newline="") as f:  # a FIFO planted there is not waited on
             header = next(csv.reader(f), [])[2:]  # after seed, iteration
     except (OSError, csv.Error, UnicodeDecodeError):
         return tuple(keys)

@@ -43,7 +43,9 @@ def write_failed(error: OSError, script, run_dir, env):
         path = os.path.join(os.path.dirname(path), os.path.basename(path)[1:-17])
     cause = error.errno or next((code for code, words in ((errno.ENOSPC, "No space left"), (errno.EDQUOT, "quota"),
                                                           (errno.EROFS, "Read-only")) if words in str(error)), None)
-    fix = {errno.ENOSPC: "make room", errno.EDQUOT: "make room", errno.EROFS: "make it writable"}.get(
+    moved = "move it away (the run makes its own)"  # a link or a file where the run writes a folder
+    fix = {errno.ENOSPC: "make room", errno.EDQUOT: "make room", errno.EROFS: "make it writable", errno.ELOOP: moved,
+           errno.ENOTDIR: moved}.get(
         cause, "fix its permissions (chmod u+w, chattr -i)" if cause in (errno.EACCES, errno.EPERM) else
         "make room (or fix permissions)")
     return RunStopped(f"error: cannot write{' ' + str(path) if path else ''}: {error.strerror or error}; training "
