@@ -271,8 +271,8 @@ def make_train_parts(config: Config):
             )(learner.temperature.params)
             return learner._replace(temperature=learner.temperature.apply_gradients(grads=grads)), loss
 
-        def _update(carry, _):
-            # `buffer`: the phase's, after its env steps (read from `update` below, not carried: it does not change).
+        def _update(buffer, carry):
+            # `buffer`: the phase's, after its env steps (not carried through the updates: it does not change).
             # The paper's Algorithm 1, one gradient step: critics, actor, temperature, then the targets.
             learner, rng = carry
             rng, key_sample, key_target, key_actor = jax.random.split(rng, 4)
@@ -280,7 +280,7 @@ def make_train_parts(config: Config):
             learner, critic_loss, q_value = _update_critics(learner, batch, key_target)
             learner, actor_loss, log_prob = _update_actor(learner, batch.obs, key_actor)
             learner, alpha_loss = _update_temperature(learner, log_prob)
-            critic_target = blocks.polyak(learner.critic.params, learner.critic_target, config.tau)
+            critic_target = optax.incremental_update(learner.critic.params, learner.critic_target, config.tau)
             learner = learner._replace(critic_target=critic_target)
             alpha = alpha_of(learner)
             return (learner, rng), (critic_loss, actor_loss, alpha_loss, alpha, -log_prob.mean(), q_value)
@@ -289,7 +289,7 @@ def make_train_parts(config: Config):
         learner, buffer, env_state, obs, rng, env_steps = runner
         (learner, rng), (critic_loss, actor_loss, alpha_loss, alpha, entropy, q_value) = blocks.run_if(
             env_steps >= config.learning_starts,
-            lambda carry: jax.lax.scan(_update, carry, None, updates_per_phase),
+            lambda carry: jax.lax.scan(lambda carry, _: _update(buffer, carry), carry, None, updates_per_phase),
             (learner, rng), (jnp.full(updates_per_phase, nan),) * 6,
         )
         episodes = done.sum()

@@ -241,12 +241,12 @@ def make_train_parts(config: Config):
             return Learner(
                 actor_state,
                 learner.critic,
-                blocks.polyak(actor_state.params, learner.actor_target, config.tau),
-                blocks.polyak(learner.critic.params, learner.critic_target, config.tau),
+                optax.incremental_update(actor_state.params, learner.actor_target, config.tau),
+                optax.incremental_update(learner.critic.params, learner.critic_target, config.tau),
             ), loss
 
-        def _update(carry, _):
-            # `buffer`: the phase's, after its env steps (read from `update` below, not carried: it does not change).
+        def _update(buffer, carry):
+            # `buffer`: the phase's, after its env steps (not carried through the updates: it does not change).
             learner, rng = carry
             rng, key_sample, key_noise = jax.random.split(rng, 3)
             batch = buffer.sample(key_sample, config.batch_size)
@@ -263,7 +263,7 @@ def make_train_parts(config: Config):
         learner, buffer, env_state, obs, rng, env_steps = runner
         (learner, rng), (critic_loss, actor_loss, q_value) = blocks.run_if(
             env_steps >= config.learning_starts,
-            lambda carry: jax.lax.scan(_update, carry, None, updates_per_phase),
+            lambda carry: jax.lax.scan(lambda carry, _: _update(buffer, carry), carry, None, updates_per_phase),
             (learner, rng), (jnp.full(updates_per_phase, nan),) * 3,
         )
         episodes = done.sum()

@@ -7,7 +7,7 @@
     sampling_policy                   a distribution's samples as a policy for `envs.evaluate` (--eval --eval-sampled)
     run_if                            a branch on a counter in the runner that vmapped agents skip together
     ReplayBuffer                      a ring buffer of transitions inside the train state (td3, sac)
-    polyak, action_bounds             target networks' soft update; a Box action space's bounds as arrays
+    action_bounds                     a Box action space's bounds as arrays
 
 They know nothing of the harness: a fork may call them, copy them into its script, or replace them.
 """
@@ -160,11 +160,6 @@ class ReplayBuffer:
         """Uniformly, with replacement, from the filled rows."""
         index = jax.random.randint(key, (batch_size,), 0, self.size)
         return jax.tree.map(lambda x: x[index], self.data)
-
-
-def polyak(params, target_params, tau):
-    """theta' <- tau theta + (1 - tau) theta': the target moves a small step towards the online network."""
-    return jax.tree.map(lambda p, t: tau * p + (1.0 - tau) * t, params, target_params)
 
 
 def action_bounds(env, env_params):

@@ -82,11 +82,6 @@ def test_run_if_skips_fn_unless_an_agent_needs_it():
     assert calls and carry.tolist() == [2, 2] and out.tolist() == [10, -1]  # each agent gets its own branch
 
 
-def test_polyak_moves_target_towards_online():
-    moved = blocks.polyak({"w": jnp.ones(3)}, {"w": jnp.zeros(3)}, 0.005)
-    np.testing.assert_allclose(moved["w"], 0.005)
-
-
 def test_replay_buffer_is_a_ring():
     column, flat = jnp.zeros((2, 1)), jnp.zeros(2)
     example = Transition(column, column, flat, flat, column)

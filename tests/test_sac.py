@@ -13,7 +13,6 @@ import pytest
 from conftest import read_run
 
 import sac
-from scanrl import blocks
 
 
 def test_soft_target_matches_reference():
@@ -136,7 +135,7 @@ def test_updates_move_every_network_and_polyak_the_targets():
     for i in range(10):
         runner, metrics = update(runner)
         if i >= 7:
-            target = blocks.polyak(runner.learner.critic.params, target, tau)
+            target = optax.incremental_update(runner.learner.critic.params, target, tau)
     np.testing.assert_equal(int(metrics["updates"]), 3)
     for new, old in zip(runner.learner[:3], start[:3], strict=True):
         assert int(new.step) == 3 and not np.allclose(jax.tree.leaves(new.params)[0], jax.tree.leaves(old.params)[0])

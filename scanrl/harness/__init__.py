@@ -5,7 +5,8 @@ policy and the checks that belong to it) and hands it over as an `Algorithm` to 
 A script meets five names of it: `prepare_jax`, `Flags`, `require`, `Algorithm`, `main` (its `validate` raises
 `ValueError`).
 
-The modules, each one concern, in the order a run passes through them; a module imports only those above it:
+The modules, each one concern, listed so that a module imports only those above it (a run enters at cli.py and
+follows train.py's sequence: plan, run directory, compile, chunks, evaluation, summaries):
 
     flags.py        the command line: `Flags` (the flags every script shares) read by tyro (and the few read before
                     JAX starts), `ConfigError`, `require` and the flag checks
