@@ -14,6 +14,11 @@ def _no_checks(config):
     return None
 
 
+# The metrics the harness reads from `update`'s dict, and what each holds (the `Algorithm` docstring says more).
+REQUIRED_METRICS = {"episode_return": "the mean return of the episodes that ended in the iteration, NaN if none did",
+                    "episodes": "how many episodes ended in the iteration (the final return weighs by it)"}
+
+
 @dataclass(frozen=True)
 class Algorithm:
     """An algorithm as a script hands it to `harness.main`.
@@ -83,6 +88,19 @@ class Algorithm:
             self.validate(config)
         except ValueError as error:
             raise error if isinstance(error, ConfigError) else ConfigError(str(error)) from None
+
+    def check_metrics(self, update, metrics):
+        """ConfigError, while the program is traced (before anything trains), naming `update`'s line, for a metrics
+        dict without a key the harness reads or with one it adds itself: a fork learns it before the run, not after."""
+        code = getattr(update, "__code__", None)
+        where = f"{self.script}:{code.co_firstlineno}" if code else self.script
+        for key, meaning in REQUIRED_METRICS.items():
+            if key not in metrics:
+                raise ConfigError(f"{where}: the metrics dict `update` returns has no {key!r} ({meaning}); the harness "
+                                  "reads it for the progress lines and the summary: add it")
+        if added := sorted({"env_steps", "nonfinite"} & set(metrics)):
+            raise ConfigError(f"{where}: the metrics dict `update` returns holds {' and '.join(added)}, which the "
+                              "harness adds itself; rename it in the metrics dict")
 
     def num_iterations(self, config) -> int:
         return config.total_timesteps // self.steps_per_iteration(config)

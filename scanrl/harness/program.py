@@ -234,25 +234,6 @@ class Job:
         return jax.tree.unflatten(jax.tree.structure(self.abstract_runner), jax.tree.leaves(runner))
 
 
-# The metrics the harness reads from `update`'s dict, and what each holds (the `Algorithm` docstring says more).
-REQUIRED_METRICS = {"episode_return": "the mean return of the episodes that ended in the iteration, NaN if none did",
-                    "episodes": "how many episodes ended in the iteration (the final return weighs by it)"}
-
-
-def check_metric_keys(algorithm, update, metrics):
-    """ConfigError, while the program is traced (before anything trains), naming `update`'s line, for a metrics dict
-    without a key the harness reads or with one it adds itself: a fork learns it before the run, not after."""
-    code = getattr(update, "__code__", None)
-    where = f"{algorithm.script}:{code.co_firstlineno}" if code else algorithm.script
-    for key, meaning in REQUIRED_METRICS.items():
-        if key not in metrics:
-            raise ConfigError(f"{where}: the metrics dict `update` returns has no {key!r} ({meaning}); the harness "
-                              "reads it for the progress lines and the summary: add it")
-    if added := sorted({"env_steps", "nonfinite"} & set(metrics)):
-        raise ConfigError(f"{where}: the metrics dict `update` returns holds {' and '.join(added)}, which the harness "
-                          "adds itself; rename it in the metrics dict")
-
-
 def plan(algorithm, config, points, sampled=False) -> Job:
     """The agents (sweep points x seeds) over the devices, and one agent's programs vmapped over a device's agents and
     split over the devices (shard_map); swept values go in as arrays, the script's parts made with them
@@ -294,7 +275,7 @@ def plan(algorithm, config, points, sampled=False) -> Job:
 
         def iteration(runner, i):
             runner, metrics = update(runner)
-            check_metric_keys(algorithm, update, metrics)
+            algorithm.check_metrics(update, metrics)
             reported[:] = list(metrics)  # the script's order (jax orders a dict's keys)
             return runner, {"env_steps": (i + 1) * steps, **metrics, "nonfinite": ~learned_finite(runner)}
 
