@@ -1,15 +1,17 @@
-"""PPO with memory: ppo.py's clipped objective and GAE (Schulman et al. 2017) with a recurrent cell between an MLP
-encoder and the actor and critic heads (PureJaxRL's ppo_rnn), for tasks one observation cannot solve: CartPole
-without its velocities, MemoryChain, partially observable suites. Discrete and continuous actions. The cell (--cell):
-a GRU (the default), an LSTM, each scanned step by step, or a linear recurrent unit (LRU, Orvieto et al. 2023) whose
-recurrence over a whole rollout is one jax.lax.associative_scan, parallel in time, episode starts inside its operator.
+"""PPO with memory: ppo.py's clipped objective and GAE (Schulman et al. 2017) with a memory between an MLP encoder
+and the actor and critic heads (PureJaxRL's ppo_rnn), for tasks one observation cannot solve: CartPole without its
+velocities, MemoryChain, partially observable suites. Discrete and continuous actions. The memory (--cell): a GRU
+(the default) or an LSTM, each scanned step by step; a linear recurrent unit (LRU, Orvieto et al. 2023) whose
+recurrence over a whole rollout is one jax.lax.associative_scan, parallel in time, episode starts inside its operator;
+or a one-layer gated transformer-XL (GTrXL, Parisotto et al. 2020) attending over a window of its episode's past steps.
 
     python ppo_rnn.py --env CartPole-v1-masked --num-seeds 4
     python ppo_rnn.py --env MemoryChain-bsuite --cell lru
+    python ppo_rnn.py --env MemoryChain-bsuite --cell gtrxl --memory-length 8
 
-What memory adds to ppo.py, in the order it runs: the runner carries the cell's memory and which envs start an
-episode; the memory resets to zeros where an episode starts; the rollout keeps the memory it started from and the
-update replays whole env sequences from it (minibatches are envs, not shuffled time steps: truncated backprop
+What memory adds to ppo.py, in the order it runs: the runner carries the cell's memory (one array) and which envs
+start an episode; the memory resets to zeros where an episode starts; the rollout keeps the memory it started from and
+the update replays whole env sequences from it (minibatches are envs, not shuffled time steps: truncated backprop
 through the rollout); a truncated episode bootstraps from its final observation seen with its own memory. The
 harness evaluates the policy with its memory (envs.RecurrentPolicy). Writes what ppo.py writes; the run
 directory, checkpoints, --resume, --eval, --gif, sweeps, devices and wandb are the harness's (scanrl.harness).
@@ -76,12 +78,18 @@ class Config(harness.Flags):
     # network
     hidden_size: int = 64
     """width of the encoder layer and of the actor's and critic's hidden layers"""
-    cell: Literal["gru", "lstm", "lru"] = "gru"
-    """the memory: gru, lstm (each a sequential scan over time) or lru (a linear recurrent unit on a parallel
-    associative scan, Orvieto et al. 2023); each cell is its own program: compare them as separate runs"""
+    cell: Literal["gru", "lstm", "lru", "gtrxl"] = "gru"
+    """the memory: gru, lstm (each a sequential scan over time), lru (a linear recurrent unit on a parallel
+    associative scan, Orvieto et al. 2023) or gtrxl (a gated transformer-XL over a window of past steps, Parisotto
+    et al. 2020); each cell is its own program: compare them as separate runs"""
     gru_size: int = 64
-    """size of the cell: the GRU's or LSTM's hidden units, the LRU's complex state (the name is kept from when the
-    GRU was the only cell, so saved runs still load)"""
+    """size of the cell: the GRU's or LSTM's hidden units, the LRU's complex state; gtrxl works at --hidden-size (the
+    name is kept from when the GRU was the only cell, so saved runs still load)"""
+    memory_length: int = 32
+    """gtrxl only: past steps of its episode each step attends to (transformer-XL's memory); MemoryChain needs its
+    memory length + 1"""
+    num_heads: int = 4
+    """gtrxl only: attention heads; must divide --hidden-size"""
     activation: str = "tanh"
     """hidden activation: tanh or relu"""
 
@@ -90,8 +98,7 @@ ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
 
 
 class ResetGRU(nn.Module):
-    """One step of flax.linen's GRU cell, its memory reset to zeros where `start` is set (before the first
-    observation of an episode)."""
+    """One step of flax.linen's GRU cell, its memory zeros where `start` is set (before an episode's first step)."""
 
     size: int
 
@@ -175,14 +182,66 @@ class LRU(nn.Module):
         return jnp.concatenate([h[-1].real, h[-1].imag], axis=-1), nn.gelu(y)
 
 
-SEQUENTIAL_CELLS = {"gru": ResetGRU, "lstm": ResetLSTM}
-CELLS = (*SEQUENTIAL_CELLS, "lru")
+class Gate(nn.Module):
+    """GTrXL's GRU-type gate in place of a residual connection (Parisotto et al. 2020, eq. 9-12): r = s(W_r y +
+    U_r x), z = s(W_z y + U_z x - b_g), h = tanh(W_g y + U_g (r * x)), out = (1 - z) * x + z * h. b_g > 0 starts
+    it near the identity x, which is what lets the transformer learn RL from the start (their section 3)."""
+
+    bias: float = 2.0
+
+    @nn.compact
+    def __call__(self, x, y):
+        dense = lambda name: nn.Dense(x.shape[-1], use_bias=False, name=name)  # noqa: E731
+        r = nn.sigmoid(dense("Wr")(y) + dense("Ur")(x))
+        z = nn.sigmoid(dense("Wz")(y) + dense("Uz")(x) - self.bias)
+        h = nn.tanh(dense("Wg")(y) + dense("Ug")(r * x))
+        return (1.0 - z) * x + z * h
 
 
-def memory_size(cell: str, size: int) -> int:
-    """The width of a cell's memory array: the GRU's hidden state, or two arrays side by side (the LSTM's cell and
-    hidden states, the LRU's real and imaginary parts)."""
-    return size if cell == "gru" else 2 * size
+class GatedTransformerStep(nn.Module):
+    """One step of a one-layer gated transformer-XL (GTrXL, Parisotto et al. 2020): the current embedding attends to
+    itself and the last `memory_length` steps of its episode (transformer-XL's memory, Dai et al. 2019), with a learned
+    bias per head and age on the attention logits (a relative position in its simplest form); layer norm before
+    attention and the MLP, a gate after each.
+
+    Its memory holds each past step's key and value, not its embedding: a key is a function of its step alone, so
+    keeping it is exact (gradients still flow to the step that made it) and each step projects one token instead of
+    the whole window. Shape (envs, memory_length, 2 x features + 1), newest last; the last channel is 1 where a slot
+    holds a step of this episode; an episode start empties it."""
+
+    memory_length: int
+    num_heads: int
+
+    @nn.compact
+    def __call__(self, memory, step):
+        e, start = step
+        features, head = e.shape[-1], e.shape[-1] // self.num_heads
+        memory = jnp.where(start[:, None, None], 0.0, memory)
+        q, k, v = jnp.split(nn.Dense(3 * features, name="qkv")(nn.LayerNorm()(e)), 3, axis=-1)
+        keys = jnp.concatenate([memory[..., :features], k[:, None]], axis=1)  # oldest first, the current step last
+        values = jnp.concatenate([memory[..., features:-1], v[:, None]], axis=1)
+        valid = jnp.concatenate([memory[..., -1] > 0, jnp.ones((e.shape[0], 1), bool)], axis=1)
+        split = lambda x: x.reshape(x.shape[:-1] + (self.num_heads, head))  # noqa: E731
+        logits = jnp.einsum("ehd,ethd->eht", split(q), split(keys)) / np.sqrt(head)
+        logits += self.param("age_bias", nn.initializers.zeros, (self.num_heads, self.memory_length + 1))
+        weights = jax.nn.softmax(jnp.where(valid[:, None], logits, -1e9), axis=-1)
+        attended = nn.Dense(features, name="out")(jnp.einsum("eht,ethd->ehd", weights, split(values)).reshape(e.shape))
+        x = Gate()(e, nn.relu(attended))
+        x = Gate()(x, nn.relu(nn.Dense(features)(nn.relu(nn.Dense(features)(nn.LayerNorm()(x))))))
+        newest = jnp.concatenate([k, v, jnp.ones_like(e[:, :1])], axis=-1)[:, None]
+        return jnp.concatenate([memory[:, 1:], newest], axis=1), x
+
+
+SEQUENTIAL_CELLS = {"gru": ResetGRU, "lstm": ResetLSTM, "gtrxl": GatedTransformerStep}
+CELLS = ("gru", "lstm", "lru", "gtrxl")
+
+
+def initial_memory(config: Config, num_envs: int):
+    """A cell's memory before an episode, zeros: the GRU's hidden state; the LSTM's cell and hidden states, or the
+    LRU's real and imaginary parts, side by side; the GTrXL's window of keys and values, empty."""
+    if config.cell == "gtrxl":
+        return jnp.zeros((num_envs, config.memory_length, 2 * config.hidden_size + 1))
+    return jnp.zeros((num_envs, config.gru_size if config.cell == "gru" else 2 * config.gru_size))
 
 
 class ActorCriticRNN(nn.Module):
@@ -192,21 +251,25 @@ class ActorCriticRNN(nn.Module):
     gru_size: int
     activation: str
     cell: str = "gru"
+    memory_length: int = 32
+    num_heads: int = 4
 
     @nn.compact
     def __call__(self, memory, obs, start):
-        """`memory` (envs, memory_size) before the sequence, `obs` (time, envs, obs_dim), `start` (time, envs) ->
-        (memory after it, the policy's parameters per step: (logits,) or (mean, std), the value per step)."""
+        """`memory` (`initial_memory`'s shape) before the sequence, `obs` (time, envs, obs_dim), `start` (time, envs)
+        -> (memory after it, the policy's parameters per step: (logits,) or (mean, std), the value per step)."""
         act = ACTIVATIONS[self.activation]
         x = act(nn.Dense(self.hidden_size, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(obs))
-        if self.cell == "lru":  # one step or a sequence alike: the associative scan of its length
+        cell = SEQUENTIAL_CELLS.get(self.cell)
+        size = (self.memory_length, self.num_heads) if self.cell == "gtrxl" else (self.gru_size,)
+        if cell is None:  # the LRU, one step or a sequence alike: the associative scan of its length
             memory, x = LRU(self.gru_size, name="lru")(memory, x, start)
         elif obs.shape[0] == 1:  # one step (acting): the cell alone, no loop
-            memory, x = SEQUENTIAL_CELLS[self.cell](self.gru_size, name=self.cell)(memory, (x[0], start[0]))
+            memory, x = cell(*size, name=self.cell)(memory, (x[0], start[0]))
             x = x[None]
         else:  # a sequence (the update's replay): the cell scanned over time, with the same parameters
-            scanned = nn.scan(SEQUENTIAL_CELLS[self.cell], variable_broadcast="params", split_rngs={"params": False})
-            memory, x = scanned(self.gru_size, name=self.cell)(memory, (x, start))
+            scanned = nn.scan(cell, variable_broadcast="params", split_rngs={"params": False})
+            memory, x = scanned(*size, name=self.cell)(memory, (x, start))
         actor = act(nn.Dense(self.hidden_size, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
         # A small last layer keeps the initial policy close to uniform / zero-mean (Andrychowicz et al. 2021).
         out = nn.Dense(self.action_dim, kernel_init=nn.initializers.orthogonal(0.01))(actor)
@@ -279,7 +342,8 @@ def make_network(config: Config, env, env_params):
     discrete = envs.is_discrete(env, env_params)
     space = env.action_space(env_params)
     action_dim = space.n if discrete else int(np.prod(space.shape))
-    network = ActorCriticRNN(action_dim, discrete, config.hidden_size, config.gru_size, config.activation, config.cell)
+    network = ActorCriticRNN(action_dim, discrete, config.hidden_size, config.gru_size, config.activation, config.cell,
+                             config.memory_length, config.num_heads)
     return network, discrete, action_dim
 
 
@@ -310,8 +374,7 @@ def make_train_parts(config: Config):
     def init(rng):
         rng, key_network, key_reset = jax.random.split(rng, 3)
         obs, env_state = env.reset(key_reset, env_params)
-        memory = jnp.zeros((config.num_envs, memory_size(config.cell, config.gru_size)))
-        start = jnp.ones(config.num_envs, bool)
+        memory, start = initial_memory(config, config.num_envs), jnp.ones(config.num_envs, bool)
         params = network.init(key_network, memory, obs[None], start[None])
         return RunnerState(TrainState.create(apply_fn=None, params=params, tx=tx), env_state, obs, start, memory,
                            rng)
@@ -441,7 +504,6 @@ def policy(config: Config, runner, key=None):
     `key`, the policy training acts with (--eval --eval-sampled): its memory is the cell's and a PRNG key, each
     action sampled from the policy's distribution."""
     pi = policy_step(config, runner)
-    size = memory_size(config.cell, config.gru_size)
 
     def act(memory, obs, start):
         memory, dist = pi(memory, obs, start)
@@ -454,17 +516,21 @@ def policy(config: Config, runner, key=None):
         return (hidden, key), dist.sample(seed=key_action)
 
     if key is None:
-        return envs.RecurrentPolicy(lambda num_envs: jnp.zeros((num_envs, size)), act)
-    return envs.RecurrentPolicy(lambda num_envs: (jnp.zeros((num_envs, size)), key), sample)
+        return envs.RecurrentPolicy(lambda num_envs: initial_memory(config, num_envs), act)
+    return envs.RecurrentPolicy(lambda num_envs: (initial_memory(config, num_envs), key), sample)
 
 
 def validate(config: Config):
     """Raises ValueError for what PPO-RNN cannot train (the harness checks the shared flags and --env)."""
     harness.require(config, positive=("num_envs", "num_steps", "update_epochs", "num_minibatches", "hidden_size",
-                                      "gru_size", "learning_rate", "clip_coef", "max_grad_norm"),
+                                      "gru_size", "memory_length", "num_heads", "learning_rate", "clip_coef",
+                                      "max_grad_norm"),
                     unit=("gamma", "gae_lambda"), nonnegative=("vf_coef", "ent_coef"))  # < 0 would ascend the loss
     if config.cell not in CELLS:
         raise ValueError(f"--cell {config.cell!r} is unknown; use one of {', '.join(CELLS)}")
+    if config.cell == "gtrxl" and config.hidden_size % config.num_heads:
+        raise ValueError(f"--num-heads {config.num_heads} does not divide --hidden-size {config.hidden_size}: each "
+                         "of gtrxl's heads attends over an equal share of the embedding")
     if config.activation not in ACTIVATIONS:
         raise ValueError(f"--activation {config.activation!r} is unknown; use one of "
                          f"{', '.join(ACTIVATIONS)}")

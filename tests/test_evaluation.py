@@ -83,19 +83,22 @@ def test_eval_sampled_plays_the_policy_training_acts_with(finished_runs, capsys)
                                                              "--eval <run dir>"), err
 
 
-@pytest.mark.parametrize("script", ["ppo", *(pytest.param(s, marks=pytest.mark.slow) for s in ("ppo_rnn", "ppo_trxl")),
+@pytest.mark.parametrize("script", ["ppo", *(pytest.param(s, marks=pytest.mark.slow) for s in ("ppo_rnn",
+                                                                                            "ppo_rnn:gtrxl")),
                                     "reinforce", "td3", "dqn_tabular_q", "pqn"])
 def test_an_untrained_sampled_policy_plays_like_a_random_one(script):
-    """Each script's sampled policy (ppo_rnn's and ppo_trxl's carry their memory beside the key): untrained, its actor
-    is close to uniform, so on CartPole it balances about as long as a uniformly random policy (22.05 steps on average
-    over 1,000 episodes, benchmarks/learning.py). Greedy-Q and TD3 scripts have none: --eval-sampled refuses them."""
+    """Each script's sampled policy (ppo_rnn's carries its memory, a GRU's or a GTrXL's, beside the key): untrained,
+    its actor is close to uniform, so on CartPole it balances about as long as a uniformly random policy (22.05 steps
+    on average over 1,000 episodes, benchmarks/learning.py). Greedy-Q and TD3 scripts have none: --eval-sampled
+    refuses them."""
     from scanrl.harness.program import make_evaluate
 
+    script, _, cell = script.partition(":")
     module = importlib.import_module(script)
     if script in ("td3", "dqn_tabular_q", "pqn"):
         assert not module.ALGORITHM.samples
         return
-    config = module.Config(env="CartPole-v1", eval_episodes=200)
+    config = module.Config(env="CartPole-v1", eval_episodes=200, **({"cell": cell} if cell else {}))
     init, _ = module.make_train_parts(config)
     runner = init(jax.random.PRNGKey(0))
     evaluate = jax.jit(make_evaluate(module.ALGORITHM, config, sampled=True).returns)

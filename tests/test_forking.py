@@ -24,11 +24,13 @@ from scanrl.tools import contract
 CONTRACT_FLAGS = {case: cli_flags(tiny) for case, (_, tiny, _) in CASES.items()}
 CONTRACT_FLAGS["tabular_q"] = []
 # Scripts whose contract runs here but which cases.CASES does not (yet) hold: case -> (module, tiny run).
-# ppo_rnn.py with the LRU, the cell that runs on an associative scan (the GRU and LSTM share the sequential path).
+# ppo_rnn.py with the LRU, the cell that runs on an associative scan, and with the GTrXL, whose memory is a window
+# (the GRU and LSTM share the GTrXL's sequential path with a memory of one vector).
 CONTRACT_ONLY = {"sac": ("sac", dict(total_timesteps=1024, update_every=32, log_every=1, learning_starts=256,
                                      batch_size=64, hidden_size=32, num_seeds=2, eval_episodes=2)),
                  "ppo_rnn": ("ppo_rnn", dict(cell="lru", num_steps=16, gru_size=8, hidden_size=16, eval_episodes=2)),
-                 "ppo_trxl": ("ppo_trxl", dict(num_steps=16, memory_length=4, hidden_size=16, eval_episodes=2))}
+                 "ppo_rnn_gtrxl": ("ppo_rnn", dict(cell="gtrxl", num_steps=16, memory_length=4, hidden_size=16,
+                                                   eval_episodes=2))}
 CONTRACT_FLAGS.update({case: cli_flags(tiny) for case, (_, tiny) in CONTRACT_ONLY.items()})
 # ppo's copy is trained on the researcher's own env, named as a module of the repository: the contract's --resume and
 # --eval steps must name it too (scanrl imports code only when the command line names it).

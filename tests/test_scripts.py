@@ -1,4 +1,4 @@
-"""What every script must pass, each check once, parametrised over the eight scripts: --help lists every field of its
+"""What every script must pass, each check once, parametrised over the seven scripts: --help lists every field of its
 Config with the field's docstring, a bad config is refused in one line naming the flag (and the defaults are not),
 and each agent of a vmapped batch depends on its own seed alone (the same program each time, different seeds different
 agents). What is one algorithm's own (its targets against a reference, that it learns) is in its test_<script>.py."""
@@ -14,7 +14,7 @@ import pytest
 from cases import exit_code_and_error
 from conftest import FAST_COMPILE_OPTIONS, ROOT
 
-SCRIPTS = ("ppo", "ppo_rnn", "ppo_trxl", "reinforce", "td3", "sac", "dqn_tabular_q", "pqn")
+SCRIPTS = ("ppo", "ppo_rnn", "reinforce", "td3", "sac", "dqn_tabular_q", "pqn")
 
 
 def own_field_docstrings(script):
@@ -64,7 +64,7 @@ BAD_CONFIGS = [
     ("ppo_rnn", dict(num_envs=6, num_minibatches=4), "--num-minibatches 4 does not divide --num-envs 6"),
     ("ppo_rnn", dict(total_timesteps=500), "--total-timesteps 500 is smaller than one rollout (--num-envs x "
                                            "--num-steps = 512)"),
-    ("ppo_trxl", dict(num_heads=3), "--num-heads 3 does not divide --hidden-size 64"),
+    ("ppo_rnn", dict(cell="gtrxl", num_heads=3), "--num-heads 3 does not divide --hidden-size 64"),
     ("reinforce", dict(activation="gelu"), "--activation 'gelu' is unknown"),
     ("reinforce", dict(num_envs=0), "--num-envs must be a positive integer"),
     ("reinforce", dict(train_v_iters=-1), "--train-v-iters must be a positive integer"),
@@ -136,8 +136,6 @@ TINY = {
     "ppo": dict(total_timesteps=2 * 4 * 32, num_steps=32, num_minibatches=2, update_epochs=2, hidden_size=16),
     "ppo_rnn": dict(total_timesteps=2 * 4 * 32, num_steps=32, num_minibatches=2, update_epochs=2, hidden_size=16,
                     gru_size=8),
-    "ppo_trxl": dict(total_timesteps=2 * 4 * 32, num_steps=32, num_minibatches=2, update_epochs=2, hidden_size=16,
-                     memory_length=4, num_heads=2),
     "reinforce": dict(total_timesteps=2 * 8 * 32, num_steps=32, train_v_iters=5, hidden_size=16),
     "td3": dict(total_timesteps=64, num_envs=2, update_every=4, learning_starts=32, buffer_size=256, batch_size=16,
                 hidden_size=16),
@@ -158,7 +156,7 @@ def arrays(tree):
             for x in jax.tree.leaves(tree)]
 
 
-SLOW_COMPILES = ("ppo_rnn", "ppo_trxl", "sac")  # 10-22 s each on 2 cores
+SLOW_COMPILES = ("ppo_rnn", "sac")  # 10-22 s each on 2 cores
 
 
 @pytest.mark.parametrize("script", [pytest.param(s, marks=pytest.mark.slow) if s in SLOW_COMPILES else s

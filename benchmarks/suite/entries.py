@@ -8,7 +8,7 @@ from dataclasses import dataclass
 # The name each script writes into config.json's "algo", by the suite's algorithm label.
 SCRIPT_ALGO = {"ppo": "ppo", "ppo_rnn": "ppo_rnn", "dqn": "dqn_tabular_q", "pqn": "pqn", "vpg": "reinforce",
                "td3": "td3", "sac": "sac", "tabular_q": "dqn_tabular_q", "ppo_rnn_lstm": "ppo_rnn",
-               "ppo_rnn_lru": "ppo_rnn", "ppo_trxl": "ppo_trxl"}
+               "ppo_rnn_lru": "ppo_rnn", "ppo_rnn_gtrxl": "ppo_rnn"}
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class Entry:
     name: str
     """run directory name and --only name, one path component"""
     algo: str
-    """a key of SCRIPT_ALGO (ppo, dqn, pqn, vpg, td3, sac, tabular_q, a memory of ppo_rnn or ppo_trxl): the plots and
+    """a key of SCRIPT_ALGO (ppo, dqn, pqn, vpg, td3, sac, tabular_q, a memory of ppo_rnn): the plots and
     the aggregate rows group by it"""
     script: str
     """the script that trains it, run from the repository root"""

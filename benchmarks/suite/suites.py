@@ -13,7 +13,7 @@ def cleanrl(value, text, script, steps="500k steps"):
 # ppo.py on Pendulum: tests/test_ppo.py's flags (learns to about -200 in 300k steps here).
 PPO_PENDULUM = ("--num-envs", "16", "--num-steps", "128", "--num-minibatches", "32", "--update-epochs", "10",
                 "--learning-rate", "1e-3", "--ent-coef", "0")
-# The memories' (ppo_rnn.py, ppo_trxl.py) on the masked Pendulum: the same rollouts and epochs in 4 minibatches of 4
+# The memories' (ppo_rnn.py's cells) on the masked Pendulum: the same rollouts and epochs in 4 minibatches of 4
 # whole env sequences (a recurrent minibatch is whole sequences: 32 do not divide 16 envs).
 PPO_PENDULUM_MEMORY = ("--num-envs", "16", "--num-steps", "128", "--num-minibatches", "4", "--update-epochs", "10",
                        "--learning-rate", "1e-3", "--ent-coef", "0")
@@ -219,17 +219,18 @@ SUITES["minatar"] = (
 # Memory (ppo_rnn.py, issue 25; about 7 min here): the quick suite's entries on tasks that need memory, and ppo.py on
 # the masked CartPole beside them to show what memory buys (in no other suite: a task it cannot solve by design would
 # weigh in ppo's aggregate score there).
-# And the memories side by side (issue 51): ppo_rnn.py's three cells and ppo_trxl.py (its window longer than an episode)
+# And the memories side by side (issue 51): ppo_rnn.py's four cells, the GTrXL's window longer than an episode
 # on MemoryChain at memory lengths 50 and 100, at one budget: 100k env steps per seed, ppo_rnn's MemoryChain budget;
-# and the other cells on the masked CartPole at the GRU's budget there (500k), ppo_trxl.py with a window of 8 steps
+# and the other cells on the masked CartPole at the GRU's budget there (500k), the GTrXL with a window of 8 steps
 # (its learning test's: enough to tell velocities).
 CHAIN = "benchmarks/studies/memory_chain.py:memory_chain_{}"
 MEMORIES = {"ppo_rnn": ("ppo_rnn.py", ("--cell", "gru")), "ppo_rnn_lstm": ("ppo_rnn.py", ("--cell", "lstm")),
-            "ppo_rnn_lru": ("ppo_rnn.py", ("--cell", "lru")), "ppo_trxl": ("ppo_trxl.py", ("--memory-length", "{}"))}
+            "ppo_rnn_lru": ("ppo_rnn.py", ("--cell", "lru")),
+            "ppo_rnn_gtrxl": ("ppo_rnn.py", ("--cell", "gtrxl", "--memory-length", "{}"))}
 
 
 def memories_on(task, env, steps, reference, window, flags=(), skip=()):
-    """An entry `<memory>-<task>` for each memory but those in `skip`, 10 seeds, with `flags` and ppo_trxl.py's window
+    """An entry `<memory>-<task>` for each memory but those in `skip`, 10 seeds, with `flags` and the GTrXL's window
     `window` steps long."""
     return tuple(entry(f"{algo}-{task}", algo, script, env, steps, 10,
                        (*flags, *(flag.format(window) for flag in own)), reference)
@@ -243,14 +244,14 @@ SUITES["memory"] = (
       for e in memories_on(f"MemoryChain-{length}", CHAIN.format(length), 100_000, MEMORY_CHAIN_OPTIMUM, length + 8)),
     *memories_on("CartPole-v1-masked", "CartPole-v1-masked", 500_000, MASKED_NONE, 8, skip=("ppo_rnn",)),
     # The masked Pendulum (continuous actions) at the masked CartPole's 500k: ppo.py without memory on its Pendulum
-    # flags, each memory on PPO_PENDULUM_MEMORY; ppo_trxl.py with the masked CartPole's window.
+    # flags, each memory on PPO_PENDULUM_MEMORY; the GTrXL with the masked CartPole's window.
     entry("ppo-Pendulum-v1-masked", "ppo", "ppo.py", "Pendulum-v1-masked", 500_000, 10, PPO_PENDULUM,
           MASKED_PENDULUM_NONE),
     *memories_on("Pendulum-v1-masked", "Pendulum-v1-masked", 500_000, MASKED_PENDULUM_NONE, 8, PPO_PENDULUM_MEMORY),
     # XLand-MiniGrid's Memory task (MemoryS8, 8 wide): an object to remember in the first room, a corridor, its twin
     # and another at the corridor's end; the right one ends the episode with 1 - 0.9 * steps / 320, the wrong one with
     # 0, and a 3 x 3 view hides the first object by then. 1M (the GRU's probe learnt it there), 16 envs (the
-    # MiniGrid entry's); ppo.py without memory beside the memories, ppo_trxl.py with a 16-step window.
+    # MiniGrid entry's); ppo.py without memory beside the memories, the GTrXL with a 16-step window.
     entry("ppo-MiniGrid-MemoryS8", "ppo", "ppo.py", "MiniGrid-MemoryS8", 1_000_000, 10, ("--num-envs", "16"),
           MINIGRID_MEMORY_NONE),
     *memories_on("MiniGrid-MemoryS8", "MiniGrid-MemoryS8", 1_000_000, MINIGRID_MEMORY_NONE, 16, ("--num-envs", "16")),
@@ -259,11 +260,11 @@ SUITES["memory"] = (
     # window two rollouts long (32 steps). ppo.py and the GRU also run on our 2-core CPU (2 seeds took 28 and 21 min of
     # training; the runner resumes an entry a session cannot finish); the GTrXL on a GPU only.
     *(entry(f"{algo}-Craftax-Symbolic-v1", algo, script, "Craftax-Symbolic-v1", 1_000_000, 10,
-            (*PPO_CRAFTAX_1M, *flags), reference, gpu_only=algo == "ppo_trxl")
+            (*PPO_CRAFTAX_1M, *flags), reference, gpu_only=algo == "ppo_rnn_gtrxl")
       for algo, script, flags, reference in (
           ("ppo", "ppo.py", (), CRAFTAX_1M_PPO), ("ppo_rnn", "ppo_rnn.py", ("--cell", "gru", "--gru-size", "256"),
                                                  CRAFTAX_1M_PPO_RNN),
-          ("ppo_trxl", "ppo_trxl.py", ("--memory-length", "32"), CRAFTAX_1M_TRXL))),
+          ("ppo_rnn_gtrxl", "ppo_rnn.py", ("--cell", "gtrxl", "--memory-length", "32"), CRAFTAX_1M_TRXL))),
 )
 # Off-policy at the scale of parallel envs (issue 41): sac.py and td3.py in the 2018 recipe (their defaults: 8 envs,
 # batch 256, an update per transition) and the parallel one (16 envs, batch 1024, an update per 8 transitions: half

@@ -19,7 +19,7 @@ from scanrl.harness.flags import LOGGING_FLAGS, ConfigError, escaped, flag
 
 # Fields a script gained after runs had been written, each with the one value it could then have had: a run without
 # it (config.json and checkpoints written before) trained with that value, and --resume and --eval take it.
-ADDED_FIELDS = {"ppo_rnn": {"cell": "gru"}, "dqn_tabular_q": {"optimizer": "adam"}}
+ADDED_FIELDS = {"ppo_rnn": {"cell": "gru", "memory_length": 32, "num_heads": 4}, "dqn_tabular_q": {"optimizer": "adam"}}
 
 
 def read_run_config(algorithm, run_dir, which, command_env=None) -> dict:
@@ -44,6 +44,10 @@ def read_run_config(algorithm, run_dir, which, command_env=None) -> dict:
         if name in ("dqn", "tabular_q"):  # an older scanrl's names for runs of dqn_tabular_q.py
             use = (f"{name} was dqn_tabular_q.py's name for its runs before PQN moved to pqn.py, and this version "
                    "cannot read them; train it again")
+        if name == "ppo_trxl":  # a script that became a cell of another
+            use = ("ppo_trxl.py became ppo_rnn.py --cell gtrxl, which cannot read its runs (its parameters are named "
+                   "otherwise): use the last ppo_trxl.py (git show b042acc:ppo_trxl.py > ppo_trxl.py), or train again "
+                   "with ppo_rnn.py --cell gtrxl")
         raise ConfigError(f"{which}: {run_dir} is a run of {name} ({name}.py), not of {algorithm.name} "
                           f"({algorithm.script}); {use}")
     unknown = sorted(set(saved) - {f.name for f in dataclasses.fields(algorithm.config)})
