@@ -23,7 +23,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
-from flax import struct
 from flax.training.train_state import TrainState
 
 from scanrl import blocks, envs
@@ -207,39 +206,12 @@ class QNetwork(nn.Module):
         return nn.Dense(self.num_actions)(x)
 
 
-@struct.dataclass
-class ReplayBuffer:
-    """A fixed-size ring buffer of transitions (obs, action, reward, next_obs, terminated): a plain pytree, so it
-    lives in the agent's state and vmaps."""
-
-    data: tuple  # arrays with a leading capacity axis
-    position: jax.Array  # next slot written
-    size: jax.Array  # slots filled so far
-
-    @classmethod
-    def create(cls, capacity: int, example: tuple):
-        zeros = jax.tree.map(lambda x: jnp.zeros((capacity, *x.shape[1:]), x.dtype), example)
-        return cls(zeros, jnp.int32(0), jnp.int32(0))
-
-    def add(self, batch: tuple):
-        """Writes a batch of n transitions (n <= capacity) after the newest, wrapping round to slot 0."""
-        n, capacity = batch[1].shape[0], self.data[1].shape[0]
-        slots = (self.position + jnp.arange(n)) % capacity
-        return ReplayBuffer(jax.tree.map(lambda d, x: d.at[slots].set(x), self.data, batch),
-                            (self.position + n) % capacity, jnp.minimum(self.size + n, capacity))
-
-    def sample(self, key, batch_size: int) -> tuple:
-        """`batch_size` transitions drawn uniformly (with replacement) from the filled slots."""
-        slots = jax.random.randint(key, (batch_size,), 0, self.size)
-        return jax.tree.map(lambda x: x[slots], self.data)
-
-
 class DQNState(NamedTuple):
     """Everything a DQN agent carries from one env step to the next."""
 
     train_state: TrainState
     target_params: dict
-    buffer: ReplayBuffer
+    buffer: blocks.ReplayBuffer  # a ring of (obs, action, reward, next_obs, terminated)
     env_state: object
     obs: jax.Array
     rng: jax.Array
@@ -282,7 +254,7 @@ def make_dqn_train(config: Config):
         train_state = TrainState.create(apply_fn=network.apply, params=params, tx=tx)
         # Observations are stored as the env gives them (MinAtar's bool grids: a quarter of float32's bytes).
         zeros = jnp.zeros(config.num_envs, jnp.float32)
-        buffer = ReplayBuffer.create(config.buffer_size, (obs, zeros.astype(jnp.int32), zeros, obs, zeros))
+        buffer = blocks.ReplayBuffer.create(config.buffer_size, (obs, zeros.astype(jnp.int32), zeros, obs, zeros))
         return DQNState(train_state, train_state.params, buffer, env_state, obs, rng, jnp.int32(0))
 
     def update(runner):

@@ -150,10 +150,15 @@ class ReplayBuffer:
         return cls(data, jnp.int32(0), jnp.int32(0))
 
     def add(self, batch):
-        """Writes a batch of transitions (leading axis n); the capacity is a multiple of n, so no write wraps."""
+        """Writes a batch of n transitions (leading axis; n <= capacity, the same n every time) after the newest,
+        wrapping round to row 0: one slice where the capacity is a multiple of n (no write wraps), else a scatter."""
         n = jax.tree.leaves(batch)[0].shape[0]
         capacity = jax.tree.leaves(self.data)[0].shape[0]
-        data = jax.tree.map(lambda d, x: jax.lax.dynamic_update_slice_in_dim(d, x, self.pos, 0), self.data, batch)
+        if capacity % n:
+            rows = (self.pos + jnp.arange(n)) % capacity
+            data = jax.tree.map(lambda d, x: d.at[rows].set(x), self.data, batch)
+        else:
+            data = jax.tree.map(lambda d, x: jax.lax.dynamic_update_slice_in_dim(d, x, self.pos, 0), self.data, batch)
         return ReplayBuffer(data, (self.pos + n) % capacity, jnp.minimum(self.size + n, capacity))
 
     def sample(self, key, batch_size: int):

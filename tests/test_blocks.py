@@ -7,6 +7,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scanrl import blocks
 
@@ -97,3 +99,49 @@ def test_replay_buffer_is_a_ring():
 
     half = blocks.ReplayBuffer.create(6, example).add(jax.tree.map(jnp.ones_like, example))
     assert set(np.asarray(half.sample(jax.random.PRNGKey(0), 100).obs[:, 0]).tolist()) == {1.0}
+
+
+def example_transitions(obs_size):
+    """One transition of each field's shape and dtype, as DQN's init makes them: (obs, action, reward, next_obs,
+    terminated)."""
+    zeros = jnp.zeros(1)
+    return zeros[:, None].repeat(obs_size, 1), zeros.astype(jnp.int32), zeros, zeros[:, None].repeat(obs_size, 1), \
+        zeros
+
+
+# Few distinct shapes: every new (capacity, batch) pair compiles the buffer's ops again.
+@settings(max_examples=40, deadline=None)
+@given(capacity=st.sampled_from([1, 3, 8]), n=st.sampled_from([1, 2, 3, 8]), writes=st.integers(1, 8))
+def test_replay_buffer_wraps_at_any_capacity_and_samples_only_filled_slots(capacity, n, writes):
+    """Writes of n rows at a time (a script's num_envs); a capacity that is not a multiple of n (dqn_tabular_q's
+    --buffer-size) wraps inside a write."""
+    n = min(n, capacity)
+    buffer = blocks.ReplayBuffer.create(capacity, example_transitions(2))
+    next_id = 1  # transition k carries reward k, obs (k, -k); empty slots hold zeros
+    for _ in range(writes):
+        ids = jnp.arange(next_id, next_id + n, dtype=jnp.float32)
+        buffer = buffer.add((jnp.stack([ids, -ids], -1), ids.astype(jnp.int32), ids, jnp.stack([ids, ids], -1),
+                             jnp.zeros(n)))
+        next_id += n
+    total = next_id - 1
+    assert int(buffer.size) == min(total, capacity) and int(buffer.pos) == total % capacity
+    # The newest min(total, capacity) transitions, each in slot (k - 1) % capacity.
+    newest = np.arange(max(1, total - capacity + 1), total + 1)
+    np.testing.assert_array_equal(np.asarray(buffer.data[2])[(newest - 1) % capacity], newest)
+    if total < capacity:
+        assert not np.asarray(buffer.data[2])[total:].any()
+    obs, action, reward, next_obs, _ = buffer.sample(jax.random.PRNGKey(total), 256)
+    assert set(np.asarray(reward).tolist()) <= set(newest.tolist())
+    np.testing.assert_array_equal(np.asarray(obs[:, 0]), np.asarray(reward))  # fields stay aligned
+    np.testing.assert_array_equal(np.asarray(action), np.asarray(reward))
+    if len(newest) <= 4:
+        assert set(np.asarray(reward).tolist()) == set(newest.tolist())  # every filled slot can come up
+
+
+def test_replay_buffer_is_vmappable():
+    buffers = jax.vmap(lambda _: blocks.ReplayBuffer.create(5, example_transitions(1)))(jnp.arange(3))
+    ids = jnp.arange(1.0, 4.0)
+    buffers = jax.vmap(lambda b, i: b.add((i[None, None], i[None].astype(jnp.int32), i[None], i[None, None],
+                                           jnp.zeros(1))))(buffers, ids)
+    assert buffers.data[2].shape == (3, 5) and buffers.size.tolist() == [1, 1, 1]
+    np.testing.assert_array_equal(np.asarray(buffers.data[2][:, 0]), [1.0, 2.0, 3.0])

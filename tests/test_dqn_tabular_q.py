@@ -1,4 +1,4 @@
-"""dqn_tabular_q.py: the averaged tabular update, the replay buffer, the env-step counter that epsilon, the warm-up
+"""dqn_tabular_q.py: the averaged tabular update, the env-step counter that epsilon, the warm-up
 and the gradient steps read, the resolved Config, q_values.png and the greedy path length, the CLI and its outputs,
 and (slow) learning on GridWorld-v0, CartPole-v1 and Acrobot-v1."""
 
@@ -10,64 +10,18 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from cases import check_program
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import dqn_tabular_q as dq
 from scanrl import harness
 from tests.conftest import FAST_COMPILE_OPTIONS, read_run
 
 
-def example_transitions(obs_size):
-    """One transition of each field's shape and dtype, as DQN's init makes them: (obs, action, reward, next_obs,
-    terminated)."""
-    zeros = jnp.zeros(1)
-    return zeros[:, None].repeat(obs_size, 1), zeros.astype(jnp.int32), zeros, zeros[:, None].repeat(obs_size, 1), \
-        zeros
-
-
-# Few distinct shapes: every new (capacity, batch) pair compiles the buffer's ops again.
 def test_q_learning_update_averages_envs_on_the_same_pair():
     q = jnp.zeros((3, 2)).at[1, 0].set(0.5)
     states, actions = jnp.array([1, 1, 1, 2]), jnp.array([0, 0, 0, 1])
     q = dq.q_learning_update(q, states, actions, jnp.array([1.0, 1.0, 0.0, 1.0]), 0.1)
     # (1, 0): mean TD error of (0.5, 0.5, -0.5); (2, 1): one env, the textbook update
     np.testing.assert_allclose(q, [[0.0, 0.0], [0.5 + 0.1 * 0.5 / 3, 0.0], [0.0, 0.1]], rtol=1e-6)
-
-
-@settings(max_examples=40, deadline=None)
-@given(capacity=st.sampled_from([1, 3, 8]), batches=st.lists(st.sampled_from([1, 2, 3, 8]), min_size=1, max_size=8))
-def test_ring_buffer_wraps_and_samples_only_filled_slots(capacity, batches):
-    buffer = dq.ReplayBuffer.create(capacity, example_transitions(2))
-    next_id = 1  # transition k carries reward k, obs (k, -k); empty slots hold zeros
-    for n in batches:
-        n = min(n, capacity)
-        ids = jnp.arange(next_id, next_id + n, dtype=jnp.float32)
-        buffer = buffer.add((jnp.stack([ids, -ids], -1), ids.astype(jnp.int32), ids, jnp.stack([ids, ids], -1),
-                             jnp.zeros(n)))
-        next_id += n
-    total = next_id - 1
-    assert int(buffer.size) == min(total, capacity) and int(buffer.position) == total % capacity
-    # The newest min(total, capacity) transitions, each in slot (k - 1) % capacity.
-    newest = np.arange(max(1, total - capacity + 1), total + 1)
-    np.testing.assert_array_equal(np.asarray(buffer.data[2])[(newest - 1) % capacity], newest)
-    if total < capacity:
-        assert not np.asarray(buffer.data[2])[total:].any()
-    obs, action, reward, next_obs, _ = buffer.sample(jax.random.PRNGKey(total), 256)
-    assert set(np.asarray(reward).tolist()) <= set(newest.tolist())
-    np.testing.assert_array_equal(np.asarray(obs[:, 0]), np.asarray(reward))  # fields stay aligned
-    np.testing.assert_array_equal(np.asarray(action), np.asarray(reward))
-    if len(newest) <= 4:
-        assert set(np.asarray(reward).tolist()) == set(newest.tolist())  # every filled slot can come up
-
-
-def test_buffer_is_vmappable():
-    buffers = jax.vmap(lambda _: dq.ReplayBuffer.create(5, example_transitions(1)))(jnp.arange(3))
-    ids = jnp.arange(1.0, 4.0)
-    buffers = jax.vmap(lambda b, i: b.add((i[None, None], i[None].astype(jnp.int32), i[None], i[None, None],
-                                           jnp.zeros(1))))(buffers, ids)
-    assert buffers.data[2].shape == (3, 5) and buffers.size.tolist() == [1, 1, 1]
-    np.testing.assert_array_equal(np.asarray(buffers.data[2][:, 0]), [1.0, 2.0, 3.0])
 
 
 def tiny(**overrides):

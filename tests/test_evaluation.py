@@ -1,5 +1,5 @@
 """The programs that measure a policy (scanrl/harness/program.py's, run in pieces by loop.py) and --eval of a saved
-run (scanrl/harness/cli.py: one agent, --eval-sampled, --gif): a sampled policy, and each agent's evaluation key."""
+run (harness/evaluate.py: one agent, --eval-sampled, --gif): a sampled policy, and each agent's evaluation key."""
 
 import importlib
 import json
@@ -29,12 +29,12 @@ def test_a_signal_during_eval_or_its_gif_stops_at_once_saying_nothing_was_writte
 
     import ppo
     from scanrl import envs
-    from scanrl.harness import cli
+    from scanrl.harness import evaluate
 
     def signalled(function, signum):
         return lambda *args, **kwargs: (os.kill(os.getpid(), signum), function(*args, **kwargs))[1]
 
-    monkeypatch.setattr(cli, "plan", signalled(cli.plan, signal.SIGTERM))
+    monkeypatch.setattr(evaluate, "plan", signalled(evaluate.plan, signal.SIGTERM))
     code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(eval=str(finished_runs["ppo"]), eval_episodes=1))
     assert code == 128 + signal.SIGTERM and err == ["SIGTERM: the evaluation stopped; nothing was written"], err
     monkeypatch.undo()

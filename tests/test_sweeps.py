@@ -15,7 +15,8 @@ from scanrl.harness.sweeps import sweep_points
 
 def test_a_sweep_says_which_flags_its_values_override():
     import ppo
-    from scanrl.harness.sweeps import sweep_overrides, sweep_points
+    from scanrl.harness.cli import sweep_overrides
+    from scanrl.harness.sweeps import sweep_points
 
     config = ppo.Config(learning_rate=1e-3, sweep=("lr=1e-3,3e-4",))
     assert sweep_overrides(ppo.ALGORITHM, config, sweep_points(ppo.ALGORITHM, config)) == [

@@ -9,7 +9,7 @@ The modules, each one concern, listed so that a module imports only those above 
 follows train.py's sequence: plan, run directory, compile, chunks, evaluation, summaries):
 
     flags.py        the command line: `Flags` (the flags every script shares) read by tyro (and the few read before
-                    JAX starts), `ConfigError`, `require` and the flag checks
+                    JAX starts), `ConfigError`, `require`, the flag checks, a field's and a sweep point's names
     algorithm.py    `Algorithm`: what the harness knows of an algorithm
     files.py        the one way a file is written in a run directory (never through a link), and its lock
     tracking.py     wandb, all of it: a run per sweep point, its live metrics, its summary
@@ -19,11 +19,11 @@ follows train.py's sequence: plan, run directory, compile, chunks, evaluation, s
     compile_cache.py  JAX's persistent compilation cache, on by default
     processes.py    several processes: joining, heartbeats, a watchdog per collective (imported only then)
     agents.py       the devices agents are split over, programs over them, and the collectives of a run
-    memory.py       the memory check, from shapes and compiled programs, before anything is allocated
+    memory.py       the memory check, from shapes then from compiled programs, before anything is allocated
     checkpoints.py  orbax checkpoints of every agent's whole state, checked before and on restore
     resume.py       --resume, all of it: config.json read back and held to its checkpoint's (before anything
-                    compiles), then training's start from the newest readable checkpoint
-    sweeps.py       --sweep: its points, their names, the checks of each point's values
+                    compiles), then the run restored from its newest readable checkpoint
+    sweeps.py       --sweep: its points and the checks of each point's values
     metrics.py      metrics.csv and the progress lines
     program.py      one agent's program, made once per run (`plan` -> `Job`): parts, keys, init, training piece,
                     evaluation, finite check, swept fields traced
@@ -33,7 +33,8 @@ follows train.py's sequence: plan, run directory, compile, chunks, evaluation, s
                     stop), and evaluations in pieces
     summaries.py    the end of a run: its report, summary.json, plots, outputs, a sweep's ranking
     train.py        a new or resumed run along that path: plan, run directory, compile, chunks, evaluation, summaries
-    cli.py          `main`: the command line checked, then training, --resume or --eval (over the plan and the loop)
+    evaluate.py     --eval: a saved run's config checked, its checkpoint restored, its evaluation run (plan, loop)
+    cli.py          `main`: the command line checked, then training, --resume or --eval
 
 The commands beside a run (the contract check a fork must pass, several runs on one plot) are `scanrl.tools`: they
 import the harness, and the harness never imports them.

@@ -22,6 +22,9 @@ from scanrl.harness.flags import ConfigError, escaped
 # What orbax says when the state it is asked to restore has other keys or leaves than the checkpoint: the script's
 # state changed (a fork edited, an older version), not damage; older checkpoints of the run would say the same.
 STRUCTURE_MISMATCH = ("Structure mismatch", "tree structures do not match", "not found in metadata_tree")
+# Fields of an agent's state renamed since runs were written, {name then: name now}: dqn_tabular_q.py's replay buffer
+# held its write position as `position` until it became blocks.ReplayBuffer (`pos`). Such a run restores as written.
+RENAMED_FIELDS = {"position": "pos"}
 
 
 def quiet_abandoned_reads():
@@ -142,7 +145,7 @@ class Checkpoints:
                 items = {"runner": ocp.args.StandardRestore(without_empty(abstract_runner))}
                 if with_history:
                     items["history"] = ocp.args.StandardRestore()
-                restored = self.manager.restore(step, args=ocp.args.Composite(**items))
+                restored = self._restore(step, items)
                 for item, expected in (meta.get("checksums") or {}).items():  # none in an older version's record
                     if item in items and expected is not None and checksums(getattr(restored, item)) != list(expected):
                         raise ValueError(f"its {item} arrays do not match the checksums recorded when it was written")
@@ -167,6 +170,24 @@ class Checkpoints:
         if errors:
             raise ConfigError(f"{which}: {errors[0]}, and no older checkpoint can be read either")
         return None
+
+    def _restore(self, step, items):
+        """orbax's restore of `items`; a runner written before a field of it was renamed (`RENAMED_FIELDS`) is read as
+        written, its arrays put in this version's tree and on its devices."""
+        try:
+            return self.manager.restore(step, args=ocp.args.Composite(**items))
+        except Exception as error:
+            if not any(sign in str(error) for sign in STRUCTURE_MISMATCH):
+                raise
+            abstract = ocp.tree.to_flat_dict(items["runner"].item)
+            restored = self.manager.restore(step, args=ocp.args.Composite(**{**items,
+                                                                             "runner": ocp.args.StandardRestore()}))
+            held = {tuple(RENAMED_FIELDS.get(k, k) for k in path): x
+                    for path, x in ocp.tree.to_flat_dict(restored.runner).items()}
+            if held.keys() != abstract.keys():
+                raise error from None
+            runner = {path: jax.device_put(held[path], a.sharding) for path, a in abstract.items()}
+            return ocp.args.Composite(**{**restored, "runner": ocp.tree.from_flat_dict(runner, items["runner"].item)})
 
     def _move_aside(self, steps):
         """Moves damaged checkpoints out of the manager's way (a later save writes those steps anew)."""

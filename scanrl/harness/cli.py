@@ -1,31 +1,20 @@
 """`main`: a script's command line (read by `flags.parse_flags`), checked before anything compiles, then a new run
-trained, a run resumed (--resume) or evaluated (--eval); every error a user can make ends here in its one line and
-exit code."""
+trained, a run resumed (--resume) or evaluated (--eval: `evaluate`); every error a user can make ends here in its one
+line and exit code."""
 
-import dataclasses
 import logging
 import os
 import sys
 
 import jax
-import numpy as np
 
 from scanrl.harness import compile_cache
-from scanrl.harness.agents import gather
-from scanrl.harness.checkpoints import Checkpoints
-from scanrl.harness.flags import ConfigError, check_flags, check_paths, given_fields, parse_flags, require_int32
-from scanrl.harness.loop import awake, compile_job, run_evaluation
+from scanrl.harness.evaluate import evaluate_run
+from scanrl.harness.flags import ConfigError, check_env, check_flags, flag, parse_flags
 from scanrl.harness.memory import size_flags
-from scanrl.harness.program import eval_policy, evaluation_keys, plan
-from scanrl.harness.resume import (
-    read_run_config,
-    require_checkpoint_folder,
-    resumed,
-    trained_config,
-    trained_fields,
-)
+from scanrl.harness.resume import resumed
 from scanrl.harness.stops import RunStopped, StopRequest, env_failure
-from scanrl.harness.sweeps import check_sweep_points, sweep_overrides, sweep_points
+from scanrl.harness.sweeps import sweep_points
 from scanrl.harness.train import train
 
 
@@ -36,8 +25,7 @@ def main(algorithm, config=None):
     try:
         given = None  # the fields the command line names; None when `config` is given
         if config is None:
-            config = parse_flags(algorithm)
-            given = given_fields(algorithm, sys.argv[1:])
+            config, given = parse_flags(algorithm)
             # A host callback that raises is logged with its traceback at every call; the run's one line names it.
             logging.getLogger("jax._src.callback").setLevel(logging.CRITICAL)
         compile_cache.start(config.compile_cache)
@@ -80,7 +68,6 @@ def check(algorithm, config):
     check_env(config)
     algorithm.check(config)
     points = sweep_points(algorithm, config)
-    check_sweep_points(algorithm, config, points)
     iterations = algorithm.num_iterations(config)
     if iterations < 1:
         raise ConfigError(f"--total-timesteps {config.total_timesteps} is less than one iteration of "
@@ -91,92 +78,12 @@ def check(algorithm, config):
     return config, points
 
 
-def check_env(config):
-    """ConfigError naming --env unless scanrl can make the env (a gymnax id, one of ours, a suite's, your own)."""
-    from scanrl import envs  # here, not at the top: importing gymnax makes a JAX backend
-
-    try:
-        env, env_params = envs.make(config.env)
-        envs.is_discrete(env, env_params)
-    except ValueError as error:
-        raise ConfigError(f"--env: {error}") from None
-
-
-def eval_config(algorithm, config):
-    """--eval's run: (its config, as config.json holds it, checked as a new run's is, with this command's
-    --eval-episodes; its sweep points). ConfigError for anything --eval cannot do with it."""
-    from scanrl import envs
-
-    check_paths(config)
-    require_int32(config)  # the command line's --eval-episodes and --seed-index, before the run's config is read
-    if config.eval_sampled and not algorithm.samples:
-        raise ConfigError(f"--eval-sampled: {algorithm.name}'s policy is deterministic (its evaluation acts as it "
-                          "does); drop --eval-sampled")
-    saved = read_run_config(algorithm, config.eval, "--eval", config.env)
-    trained_fields(algorithm, "--eval", config.eval, saved, trained_config(config.eval))
-    episodes = saved["eval_episodes"] if config.eval_episodes == algorithm.config().eval_episodes else \
-        config.eval_episodes
-    # Evaluated on the devices this process has: an agent's returns do not depend on how the agents are split.
-    run_config = algorithm.config(**{**saved, "eval_episodes": episodes, "num_devices": None})
-    try:  # the saved config, checked as a new run's is (a config.json edited or damaged into values it cannot run)
-        check_flags(dataclasses.replace(run_config, eval=config.eval))
-        check_env(run_config)
-        algorithm.check(run_config)
-    except ConfigError as error:
-        raise ConfigError(f"--eval: {os.path.join(config.eval, 'config.json')} holds a config {algorithm.script} "
-                          f"cannot run ({error}); put back the run's values") from None
-    points = sweep_points(algorithm, run_config)
-    agents = run_config.num_seeds * len(points)
-    if config.seed_index is not None and not 0 <= config.seed_index < agents:
-        raise ConfigError(f"--seed-index {config.seed_index} is out of range: the run has {agents} agents "
-                          f"(indices 0 to {agents - 1})")
-    if config.gif is not None and not envs.can_draw(run_config.env):
-        raise ConfigError(f"--gif: gymnax cannot draw {run_config.env}; drop --gif, or evaluate a run on a "
-                          "classic-control, MinAtar or misc env")
-    return run_config, points
-
-
-def evaluate_run(algorithm, config, stop=None):
-    """--eval: the deterministic policies of a saved run, on the same episodes as its summary's eval_return (unless
-    --eval-episodes changes their number; --eval-sampled: the policies training acts with, on the same episodes);
-    --gif draws one episode of agent --seed-index. The job of the run, its evaluation compiled and run."""
-    from scanrl import envs
-
-    run_config, points = eval_config(algorithm, config)
-    if stop is not None:  # --eval writes nothing but its --gif: nothing to wait for
-        stop.stop_at_once("the evaluation stopped; nothing was written")
-    job = plan(algorithm, run_config, points, sampled=config.eval_sampled)
-    require_checkpoint_folder(config.eval, "--eval")
-    with Checkpoints(config.eval) as checkpoints:
-        restored = checkpoints.restore("--eval", algorithm.name, run_config, job.abstract_runner, False)
-    if restored is None:
-        raise ConfigError(f"--eval: {config.eval} has no checkpoint in checkpoints/ yet; it was stopped or killed "
-                          "before its first chunk ended: --resume it")
-    runner, _, done = restored
-    _, evaluation, _ = awake(compile_job, job, False)
-
-    def stopped(signum):
-        return RunStopped(f"{signum.name}: the evaluation stopped; nothing was written", 128 + signum, abandon=True)
-
-    returns = run_evaluation(evaluation, job, runner, stop, stopped, "the evaluation")
-    eval_keys = evaluation_keys(job.keys)
-    indices = range(len(job.keys)) if config.seed_index is None else [config.seed_index]
-    which = "sampled policy (actions drawn as in training)" if config.eval_sampled else "deterministic policy"
-    print(f"{algorithm.name} on {run_config.env}, checkpoint after {done} iterations: {which}, "
-          f"{run_config.eval_episodes} episodes per agent")
-    for i in indices:
-        print(f"seed {job.names[i]} (index {i}): mean {returns[i].mean():.2f}  returns "
-              + " ".join(f"{r:.1f}" for r in returns[i]))
-    if len(indices) > 1:
-        print(f"mean over agents: {returns.mean():.2f}")
-    if config.gif is not None:
-        index = config.seed_index or 0
-        swept = {k: np.asarray(v)[index].item() for k, v in job.swept.items()}
-        agent = jax.tree.map(lambda x: np.asarray(x)[index], gather(runner, "the evaluation"))
-        act = eval_policy(algorithm, job.parts(swept)[0], agent, eval_keys[index], config.eval_sampled)
-        if stop is not None:
-            stop.stop_at_once(f"stopped while drawing the episode; {config.gif} was not written (the returns above "
-                              "are the evaluation's)")
-        total, length = envs.record_episode(run_config.env, act, eval_keys[index], config.gif)
-        print(f"one episode of seed {job.names[index]} (index {index}): return {total:.1f} in {length} steps, "
-              f"drawn to {config.gif}")
+def sweep_overrides(algorithm, config, points) -> list[str]:
+    """A note for each swept field whose own flag was set too (not the default): the run says the sweep's values
+    replace it rather than silently drop the flag."""
+    if not config.sweep:
+        return []
+    defaults = algorithm.config(env=config.env)  # a default may depend on the env (dqn_tabular_q's learner)
+    return [f"note: --sweep {name}={','.join(f'{p[name]:g}' for p in points)} overrides {flag(name)} "
+            f"{getattr(config, name)}: each point trains with its own value" for name in points[0]
+            if getattr(config, name) != getattr(defaults, name)]

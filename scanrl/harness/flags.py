@@ -98,13 +98,13 @@ class Flags:
 
 
 def parse_flags(algorithm):
-    """tyro's parse of the command line; its error box (a bad value, an unknown flag) becomes the one line
-    `error: ...` naming the flag, exit 2. --help prints as tyro prints it."""
+    """-> (tyro's parse of the command line, the fields it names: `given_fields`); tyro's error box (a bad value, an
+    unknown flag) becomes the one line `error: ...` naming the flag, exit 2. --help prints as tyro prints it."""
     captured = io.StringIO()
     doc = sys.modules[algorithm.make_train_parts.__module__].__doc__
     try:
         with contextlib.redirect_stderr(captured):
-            return tyro.cli(algorithm.config, description=description(doc))
+            return tyro.cli(algorithm.config, description=description(doc)), given_fields(algorithm, sys.argv[1:])
     except SystemExit as exit_:
         if exit_.code in (0, None):
             sys.stderr.write(captured.getvalue())
@@ -177,6 +177,12 @@ def escaped(value) -> str:
 def flag(name: str) -> str:
     """The command-line flag of a config field: num_seeds -> --num-seeds."""
     return "--" + name.replace("_", "-")
+
+
+
+def point_label(point: dict) -> str:
+    """`learning_rate=0.001,ent_coef=0`: a sweep point's name, also its directory in the run directory."""
+    return ",".join(f"{k}={v:g}" for k, v in point.items())
 
 
 def require(config, positive=(), unit=(), nonnegative=()):
@@ -270,7 +276,7 @@ def require_writable_dir(path, which):
 
 
 def check_flags(config):
-    """The checks of the shared flags (--env's is `cli.check_env`) and the bounds of every number of the config, the
+    """The checks of the shared flags (--env's is `check_env`) and the bounds of every number of the config, the
     script's own fields too (finite floats, int32 ints); the algorithm's own checks come after, in `validate`."""
     require_finite(config)
     require_int32(config)
@@ -292,3 +298,12 @@ def check_flags(config):
                           f"({config.num_processes - 1})")
 
 
+def check_env(config):
+    """ConfigError naming --env unless scanrl can make the env (a gymnax id, one of ours, a suite's, your own)."""
+    from scanrl import envs  # here, not at the top: importing gymnax makes a JAX backend
+
+    try:
+        env, env_params = envs.make(config.env)
+        envs.is_discrete(env, env_params)
+    except ValueError as error:
+        raise ConfigError(f"--env: {error}") from None

@@ -1,7 +1,7 @@
-"""The compiled run and its one loop: the job's programs compiled (with the memory check), then chunks of pieces
-of the scan from fresh agents or --resume's checkpoint, each chunk ending in a non-finite check, a checkpoint and
-its metrics.csv rows, a stop on a signal; and any evaluation, in pieces, awake to a signal. Training, --resume,
---eval and the contract check run over it."""
+"""The compiled run and its one loop: the job's programs compiled (with the memory check), then chunks of pieces of the
+scan from fresh agents (`program.Job.fresh_agents`) or --resume's checkpoint (`resume.restored_run`), each chunk
+ending in a non-finite check, a checkpoint and its metrics.csv rows, a stop on a signal; and any evaluation, in
+pieces, awake to a signal. Training, --resume, --eval and the contract check run over it."""
 
 import contextlib
 import dataclasses
@@ -18,11 +18,11 @@ import numpy as np
 from scanrl.harness.agents import any_process, collective, exit_on_lost_peers, gather, local_agents, to_agents
 from scanrl.harness.checkpoints import Checkpoints
 from scanrl.harness.files import folder
-from scanrl.harness.flags import ConfigError, flag
+from scanrl.harness.flags import ConfigError, flag, point_label
 from scanrl.harness.memory import check_memory
 from scanrl.harness.metrics import Progress, plural
 from scanrl.harness.program import CHECKPOINT_S, evaluation_keys
-from scanrl.harness.resume import start_or_resume
+from scanrl.harness.resume import restored_run
 from scanrl.harness.stops import (
     RunStopped,
     callback_failure,
@@ -32,7 +32,6 @@ from scanrl.harness.stops import (
     resume_command,
     write_failed,
 )
-from scanrl.harness.sweeps import point_label
 
 
 def compile_job(job, training=True) -> tuple:
@@ -62,7 +61,7 @@ def compile_job(job, training=True) -> tuple:
     history_bytes = len(job.keys) * job.num_iterations * len(job.metric_keys) * 4 if training else 0
     state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(job.abstract_runner))
     local_state_bytes = state_bytes * len(local_agents(job.sharding, len(job.keys))) // len(job.keys)
-    check_memory(job.config, [compiled] if training else [], local_state_bytes, history_bytes, evaluation[1])
+    check_memory(job.config, local_state_bytes, [compiled] if training else [], history_bytes, evaluation[1])
     return compiled, evaluation, compile_s
 
 
@@ -185,7 +184,8 @@ def train_run(job, compiled, run_dir, tracking, stop):
     try:
         # exit_on_lost_peers is left first: a lost peer ends this process before orbax waits for it.
         with Checkpoints(run_dir.path, config.keep_checkpoints) as checkpoints, exit_on_lost_peers():
-            runner, history, done = start_or_resume(job, checkpoints, run_dir)
+            restored = restored_run(job, checkpoints, run_dir) if config.resume is not None else None
+            runner, history, done = restored or (job.fresh_agents(), None, 0)
             if runner is None:
                 tracking.finish()
                 return None

@@ -67,43 +67,34 @@ def beyond_int64(error) -> bool:
     return False
 
 
-def check_agent_memory(config, num_agents, state_bytes):
-    """ConfigError before anything is made per agent: the agents' state (`state_bytes`, from shapes, nothing
-    allocated) twice (training and a checkpoint's host copy), for this process's agents. `check_memory` follows,
-    from the compiled programs and the metrics history."""
-    one = state_bytes // num_agents
-    local = -(-num_agents // jax.process_count())
-    _refuse_beyond_memory(local * (2 * one + 8), local * one, f"{local:,} agents", size_flags(config))
-
-
-def check_memory(config, programs, state_bytes, host_bytes, evaluation=None):
-    """ConfigError when the run cannot fit: each compiled program's arguments, outputs and temporaries (XLA's
-    `memory_analysis`, per device; host devices share the host's memory, so on CPU they add up), plus a checkpoint's
-    host copy of the agents' state and `host_bytes` (the metrics history). `evaluation`: the compiled final
-    evaluation (--eval-episodes envs per agent at once), counted the same way."""
-    devices = jax.local_devices()
-    needs = []
-    for program in [*programs, evaluation] if evaluation is not None else programs:
-        stats = program.memory_analysis()
-        if stats is None:
-            return
-        needs.append(stats.argument_size_in_bytes + stats.output_size_in_bytes - stats.alias_size_in_bytes
-                     + stats.temp_size_in_bytes)
-    on_cpu = devices[0].platform == "cpu"
-    need = max(needs) * (len(devices) if on_cpu else 1) + (state_bytes + host_bytes if on_cpu else 0)
-    lower = size_flags(config, host_bytes > state_bytes)
-    if evaluation is not None and needs[-1] > max(needs[:-1], default=0):
-        lower = (f"{flag('eval_episodes')} (the final evaluation plays {config.eval_episodes:,} episodes per agent at "
-                 f"once), or {lower}")
-    _refuse_beyond_memory(need, state_bytes, "agents", lower)
-
-
-def _refuse_beyond_memory(need, state_bytes, agents, lower):
-    """ConfigError when `need` bytes exceed what this process's first device (or the host) has available."""
+def check_memory(config, state_bytes, programs=None, host_bytes=0, evaluation=None, agents=None):
+    """ConfigError when the run cannot fit in what this process's first device (or the host) has available, checked
+    as soon as each figure is known. Before anything is made per agent (`programs` None): the state of this process's
+    `agents` (`state_bytes`, from shapes) twice (training and a checkpoint's host copy), and their keys. Once
+    compiled: each program's arguments, outputs and temporaries (XLA's `memory_analysis`, per device; host devices
+    share the host's memory, so on CPU they add up), plus a checkpoint's host copy of the agents' state and
+    `host_bytes` (the metrics history); `evaluation`, the compiled final evaluation (--eval-episodes envs per agent at
+    once), counted the same way."""
+    lower, what = size_flags(config, host_bytes > state_bytes), "agents"
+    if programs is None:
+        need, what = 2 * state_bytes + 8 * agents, f"{agents:,} agents"
+    else:
+        needs = []
+        for program in [*programs, evaluation] if evaluation is not None else programs:
+            stats = program.memory_analysis()
+            if stats is None:
+                return
+            needs.append(stats.argument_size_in_bytes + stats.output_size_in_bytes - stats.alias_size_in_bytes
+                         + stats.temp_size_in_bytes)
+        on_cpu = jax.local_devices()[0].platform == "cpu"
+        need = max(needs) * (len(jax.local_devices()) if on_cpu else 1) + (state_bytes + host_bytes if on_cpu else 0)
+        if evaluation is not None and needs[-1] > max(needs[:-1], default=0):
+            lower = (f"{flag('eval_episodes')} (the final evaluation plays {config.eval_episodes:,} episodes per agent "
+                     f"at once), or {lower}")
     free, where = available_memory(jax.local_devices()[0])
     if free is not None and need > free:
         raise ConfigError(f"the run needs about {need / 1e9:.1f} GB of memory ({state_bytes / 1e9:.1f} GB of it the "
-                          f"state of its {agents}) and {where} has {free / 1e9:.1f} GB available: lower {lower}")
+                          f"state of its {what}) and {where} has {free / 1e9:.1f} GB available: lower {lower}")
 
 
 def size_flags(config, history=False) -> str:

@@ -17,10 +17,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from scanrl.harness import jax_private
 from scanrl.harness.agents import choose_devices, over_agents, to_agents
-from scanrl.harness.flags import ConfigError, flag, require_count
-from scanrl.harness.memory import abstract_state, check_agent_memory
+from scanrl.harness.flags import ConfigError, flag, point_label, require_count
+from scanrl.harness.memory import abstract_state, check_memory
 from scanrl.harness.metrics import plural
-from scanrl.harness.sweeps import dtype_of, point_label
 
 # With threefry, fold_in(key, i) equals split(key, n)[i] for every i < n: folding a small number into an agent's
 # root key gives a key its init split off. No split of the root into fewer than 2**32 keys reaches this one.
@@ -93,6 +92,11 @@ def learned_finite(runner):
               if isinstance(x, TrainState)]
     leaves = [x for x in jax.tree.leaves(states or runner) if jnp.issubdtype(x.dtype, jnp.inexact)]
     return jnp.array([jnp.isfinite(x).all() for x in leaves], bool).all()
+
+
+def dtype_of(config, name):
+    """A swept field's type inside the compiled program."""
+    return np.int32 if isinstance(getattr(config, name), int) else np.float32
 
 
 def fields_read(algorithm, config, parts, names) -> dict:
@@ -247,7 +251,9 @@ def plan(algorithm, config, points, sampled=False) -> Job:
     abstract = abstract_state(config, jax.vmap(lambda key, values: parts(values)[1](key)),
                               jax.ShapeDtypeStruct((num_agents, 2), jnp.uint32),
                               {k: jax.ShapeDtypeStruct((num_agents,), d) for k, d in dtypes.items()})
-    check_agent_memory(config, num_agents, sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(abstract)))
+    local = -(-num_agents // jax.process_count())  # this process's agents, at most
+    check_memory(config, local * (sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(abstract)) // num_agents),
+                 agents=local)
     keys, swept, names = agent_layout(config, points)
     devices = choose_devices(config, num_agents)
     # config.json and the checkpoints record the count, so --resume trains on as many devices (its numbers depend on

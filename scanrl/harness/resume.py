@@ -2,7 +2,7 @@
 script, a value of the wrong type or another version's field is one line; --eval reads it so too), held to the
 config its newest checkpoint was trained with (--resume takes the run's own config with this command line's logging
 flags; --eval refuses an edited one), and the checkpoints its metrics.csv rows need; then, once the run directory
-is owned (`rundir.RunDirectory`), training goes on from its newest readable checkpoint (`start_or_resume`)."""
+is owned (`rundir.RunDirectory`), training goes on from its newest readable checkpoint (`restored_run`)."""
 
 import contextlib
 import csv
@@ -229,16 +229,14 @@ def trained_config(run_dir):
     return None
 
 
-def start_or_resume(job, checkpoints, run_dir) -> tuple:
-    """-> (runner, metrics so far or None, iterations done): fresh agents, or --resume's newest readable checkpoint;
-    (None, None, done) for a finished run, which is left alone."""
-    restored = None
-    if job.config.resume is not None:
-        restored = checkpoints.restore("--resume", job.algorithm.name, job.config, job.abstract_runner, True)
-        if restored is None and job.lead:
-            print("no checkpoint yet (the run stopped before its first chunk ended): starting it again")
+def restored_run(job, checkpoints, run_dir) -> tuple | None:
+    """--resume: (runner, metrics so far, iterations done) from the newest readable checkpoint; (None, None, done) for
+    a finished run, which is left alone; None where the run has no checkpoint yet (it starts again)."""
+    restored = checkpoints.restore("--resume", job.algorithm.name, job.config, job.abstract_runner, True)
     if restored is None:
-        return job.fresh_agents(), None, 0
+        if job.lead:
+            print("no checkpoint yet (the run stopped before its first chunk ended): starting it again")
+        return None
     runner, history, done = restored
     finished = done == job.num_iterations and os.path.exists(os.path.join(run_dir.path, "summary.json"))
     if job.lead:

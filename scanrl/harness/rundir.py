@@ -10,13 +10,13 @@ import shutil
 import stat
 import time
 
+import jax
 import numpy as np
 
 from scanrl.harness.agents import broadcast
 from scanrl.harness.files import RunLock, open_regular, replaced
-from scanrl.harness.flags import ConfigError
+from scanrl.harness.flags import ConfigError, point_label
 from scanrl.harness.metrics import MetricsCsv
-from scanrl.harness.sweeps import point_label, point_rows
 
 
 class RunDirectory:
@@ -73,6 +73,11 @@ class RunDirectory:
     def append_metrics(self, first, metrics):
         for p, metrics_csv in enumerate(self.metrics_csvs):
             metrics_csv.append(first, point_rows(metrics, p, self.config.num_seeds))
+
+
+def point_rows(tree, p, num_seeds):
+    """Sweep point p's rows (its agents) of every array."""
+    return jax.tree.map(lambda x: x[p * num_seeds:(p + 1) * num_seeds], tree)
 
 
 def columns_kept(path, keys) -> tuple:

@@ -12,9 +12,8 @@ from scanrl.harness.agents import gather
 from scanrl.harness.files import save_figure
 from scanrl.harness.metrics import nanmean, plural
 from scanrl.harness.plots import carried_returns, carry_forward, plot_learning_curve, plot_sweep, shared_ylim
-from scanrl.harness.rundir import json_safe, write_json
+from scanrl.harness.rundir import json_safe, point_rows, write_json
 from scanrl.harness.stops import write_failed
-from scanrl.harness.sweeps import point_label, point_rows
 
 
 def write_summaries(run_dir, tracking, algorithm, history, eval_returns, runner, extra):
@@ -28,7 +27,7 @@ def write_summaries(run_dir, tracking, algorithm, history, eval_returns, runner,
         curves = [carried_returns(point_rows(history, p, config.num_seeds)) for p in range(len(points))]
         ylim = shared_ylim([c for c in curves if c is not None])
         plot_sweep(os.path.join(run_dir.path, "learning_curves.png"), history["env_steps"][0], curves,
-                   [point_label(p) for p in points], f"{title}: {len(points)} sweep points", config.num_seeds)
+                   run_dir.labels, f"{title}: {len(points)} sweep points", config.num_seeds)
     runner = runner if algorithm.write_outputs is not None else None
     summaries, images = zip(*(point_summary(run_dir, algorithm, p, (history, eval_returns, runner), extra, title, ylim)
                               for p in range(len(points))), strict=True)
@@ -45,9 +44,9 @@ def point_summary(run_dir, algorithm, p, rows, extra, title, ylim):
     metrics, returns, runner = point_rows(rows, p, config.num_seeds)
     seeds = run_dir.seeds()
     if run_dir.sweep:
-        print(f"-- point {p}: {point_label(point)}")
+        print(f"-- point {p}: {run_dir.labels[p]}")
     images = [plot_learning_curve(os.path.join(point_dir, "learning_curve.png"), metrics,
-                                  f"{title}, {point_label(point)}" if run_dir.sweep else title, ylim)]
+                                  f"{title}, {run_dir.labels[p]}" if run_dir.sweep else title, ylim)]
     final, fallback = final_returns(metrics, with_fallback=True)
     summary = {"algo": run_dir.name, "env": config.env, "num_seeds": config.num_seeds, "seeds": seeds,
                "total_timesteps": config.total_timesteps, "env_steps": int(metrics["env_steps"][0, -1]),
@@ -91,7 +90,7 @@ def rank_points(run_dir, summaries, extra):
     write_json(os.path.join(run_dir.path, "summary.json"), {
         "algo": run_dir.name, "env": config.env, "sweep": list(config.sweep), **extra,
         "ranked_by": f"{by}_mean",
-        "ranking": [{"rank": r + 1, "point": point_label(points[p]), "values": points[p],
+        "ranking": [{"rank": r + 1, "point": run_dir.labels[p], "values": points[p],
                      "final_return_mean": nanmean(summaries[p]["final_return"]),
                      "eval_return_mean": nanmean(summaries[p]["eval_return"]),
                      "diverged_at_iteration": summaries[p]["diverged_at_iteration"]}
@@ -99,7 +98,7 @@ def rank_points(run_dir, summaries, extra):
     described = ("eval return (deterministic policy, mean over seeds)" if by == "eval_return"
                  else "final return (last 10% of training, mean over seeds)")
     shown = ["diverged" if s["diverged_at_iteration"] else f"{m:.1f}" for s, m in zip(summaries, means, strict=True)]
-    print(f"ranking by {described}: " + "; ".join(f"{r + 1}. {point_label(points[p])} ({shown[p]})"
+    print(f"ranking by {described}: " + "; ".join(f"{r + 1}. {run_dir.labels[p]} ({shown[p]})"
                                                   for r, p in enumerate(ranking)))
     print(f"all points on one plot: {os.path.join(run_dir.path, 'learning_curves.png')}")
 

@@ -5,10 +5,7 @@ point-major: `program.plan`). That a swept field can take one value per agent is
 import dataclasses
 import itertools
 
-import jax
-import numpy as np
-
-from scanrl.harness.flags import MAX_COUNT, ConfigError, Flags, flag, require_finite
+from scanrl.harness.flags import MAX_COUNT, ConfigError, Flags, flag, point_label, require_finite
 
 
 def sweepable_fields(config) -> tuple[str, ...]:
@@ -21,7 +18,7 @@ def sweepable_fields(config) -> tuple[str, ...]:
 
 def sweep_points(algorithm, config) -> list[dict]:
     """The grid of --sweep values, one dict {field: value} per point (one empty point without --sweep); the last
-    --sweep flag varies fastest. A bad spec raises ConfigError."""
+    --sweep flag varies fastest. A bad spec, or a point the algorithm refuses (`check_sweep_points`): ConfigError."""
     sweepable = sweepable_fields(config)
     fields, grids = [], []
     for spec in config.sweep:
@@ -56,23 +53,9 @@ def sweep_points(algorithm, config) -> list[dict]:
             raise ConfigError(f"--sweep {spec!r} repeats a value")
         fields.append(name)
         grids.append(parsed)
-    return [dict(zip(fields, values, strict=True)) for values in itertools.product(*grids)]
-
-
-def point_label(point: dict) -> str:
-    """`learning_rate=0.001,ent_coef=0`: a sweep point's name, also its directory in the run directory."""
-    return ",".join(f"{k}={v:g}" for k, v in point.items())
-
-
-def sweep_overrides(algorithm, config, points) -> list[str]:
-    """A note for each swept field whose own flag was set too (not the default): the run says the sweep's values
-    replace it rather than silently drop the flag."""
-    if not config.sweep:
-        return []
-    defaults = algorithm.config(env=config.env)  # a default may depend on the env (dqn_tabular_q's learner)
-    return [f"note: --sweep {name}={','.join(f'{p[name]:g}' for p in points)} overrides {flag(name)} "
-            f"{getattr(config, name)}: each point trains with its own value" for name in points[0]
-            if getattr(config, name) != getattr(defaults, name)]
+    points = [dict(zip(fields, values, strict=True)) for values in itertools.product(*grids)]
+    check_sweep_points(algorithm, config, points)
+    return points
 
 
 def check_sweep_points(algorithm, config, points):
@@ -86,13 +69,3 @@ def check_sweep_points(algorithm, config, points):
             algorithm.check(point_config)
         except ConfigError as error:
             raise ConfigError(f"--sweep {point_label(point)}: {error}") from None
-
-
-def dtype_of(config, name):
-    """A swept field's type inside the compiled program."""
-    return np.int32 if isinstance(getattr(config, name), int) else np.float32
-
-
-def point_rows(tree, p, num_seeds):
-    """Sweep point p's rows (its agents) of every array."""
-    return jax.tree.map(lambda x: x[p * num_seeds:(p + 1) * num_seeds], tree)
