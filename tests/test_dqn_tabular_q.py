@@ -1,6 +1,6 @@
 """dqn_tabular_q.py: the averaged tabular update, the env-step counter that epsilon, the warm-up
 and the gradient steps read, the resolved Config, q_values.png and the greedy path length, the CLI and its outputs,
-and (slow) learning on GridWorld-v0, CartPole-v1 and Acrobot-v1."""
+and (slow) learning on GridWorld-v0 and CartPole-v1 (Acrobot-v1 and MountainCar-v0: the quick suite)."""
 
 import csv
 import dataclasses
@@ -151,8 +151,10 @@ def test_30_tabular_agents_find_the_18_step_path_on_gridworld(run_script, tmp_pa
 
 @pytest.mark.slow
 def test_dqn_learns_cartpole(run_script, tmp_path):
+    """4 seeds x 250k steps: mean eval return >= 400 (480.9 here, per seed 500, 449.8, 473.6, 500: 2026-11-29; CleanRL's
+    DQN on CartPole: 488.7 at 500k)."""
     result = run_script("dqn_tabular_q.py", "--env", "CartPole-v1", "--num-seeds", "4",
-                        "--total-timesteps", "500000", timeout=900, optimized=True)
+                        "--total-timesteps", "250000", timeout=900, optimized=True)
     assert result.returncode == 0, result.stderr
     _, summary = read_run(tmp_path / "runs")
     assert np.mean(summary["eval_return"]) >= 400, summary["eval_return"]

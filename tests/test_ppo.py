@@ -78,12 +78,16 @@ def test_runs_on_minatar():
 
 @pytest.mark.slow
 def test_cartpole_learns(run_script, tmp_path):
-    # CleanRL reports 490 +- 6 for PPO on CartPole-v1 at 500k steps.
-    result = run_script("ppo.py", "--env", "CartPole-v1", "--num-seeds", "4", "--total-timesteps", "500000",
+    """CleanRL reports 490 +- 6 for PPO on CartPole-v1 at 500k steps; here 250k, 4 seeds: the eval mean >= 450 and the
+    training episodes' mean in the last 10% of training >= 400 (498.8 and 447.4 here, 2026-11-29). The second bar
+    catches what the first lets through: ppo.py with GAE bootstrapping through terminations (`* (1.0 - terminated)`
+    dropped) scored 451.5 in eval but 306.6 in training (its best seed 407.8)."""
+    result = run_script("ppo.py", "--env", "CartPole-v1", "--num-seeds", "4", "--total-timesteps", "250000",
                         optimized=True)
     assert result.returncode == 0, result.stderr
     _, summary = read_run(tmp_path / "runs")
     assert np.mean(summary["eval_return"]) >= 450, summary
+    assert np.mean(summary["final_return"]) >= 400, summary
 
 
 PENDULUM = ["--env", "Pendulum-v1", "--num-envs", "16", "--num-steps", "128", "--num-minibatches", "32",

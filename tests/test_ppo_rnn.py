@@ -203,21 +203,10 @@ def test_learns_masked_cartpole(run_script, tmp_path):
 
 
 @pytest.mark.slow
-def test_gtrxl_learns_masked_cartpole(run_script, tmp_path):
-    """CartPole without velocities, fixed seeds, --cell gtrxl: eval IQM >= 400 (ppo.py, without memory, scores about
-    40). A window of 8 past steps is memory enough to tell velocities (eval 500 and 494 here as ppo_trxl.py,
-    2026-11-27; the default 32 gave 492 and 434 and trained 1.5x slower)."""
-    result = run_script("ppo_rnn.py", "--cell", "gtrxl", "--env", "CartPole-v1-masked", "--num-seeds", "2",
-                        "--total-timesteps", "100000", "--memory-length", "8", "--eval-episodes", "8", optimized=True)
-    assert result.returncode == 0, result.stderr
-    _, summary = read_run(tmp_path / "runs")
-    assert summary["eval_return_iqm"]["iqm"] >= 400, summary
-
-
-@pytest.mark.slow
 def test_gtrxl_learns_memory_chain(run_script, tmp_path):
-    """MemoryChain-bsuite (remember the context bit 5 steps), --cell gtrxl: every seed answers right (eval 1.0; a
-    guess scores 0)."""
+    """MemoryChain-bsuite (remember the context bit 5 steps), --cell gtrxl with an 8-step window: every seed answers
+    right (eval 1.0; a guess scores 0). (The masked CartPole's 500 takes it 100k steps, 107 s here: the memory suite's
+    row, ppo_rnn_gtrxl-CartPole-v1-masked, holds it.)"""
     result = run_script("ppo_rnn.py", "--cell", "gtrxl", "--env", "MemoryChain-bsuite", "--num-seeds", "2",
                         "--total-timesteps", "30000", "--memory-length", "8", "--eval-episodes", "8", optimized=True)
     assert result.returncode == 0, result.stderr

@@ -177,8 +177,9 @@ def test_four_seed_run_writes_every_output(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_cartpole_learns(run_script, tmp_path):
-    # Issue 4: mean eval_return >= 400 over 4 seeds within 1M steps; 200k suffice with the defaults.
-    result = run_script("reinforce.py", "--env", "CartPole-v1", "--num-seeds", "4", "--total-timesteps", "200000",
+    # Issue 4: mean eval_return >= 400 over 4 seeds within 1M steps; 120k suffice with the defaults (497.7, per seed
+    # 500, 500, 500, 490.7: 2026-11-29).
+    result = run_script("reinforce.py", "--env", "CartPole-v1", "--num-seeds", "4", "--total-timesteps", "120000",
                         optimized=True)
     assert result.returncode == 0, result.stderr
     _, summary = read_run(tmp_path / "runs")
