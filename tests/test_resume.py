@@ -20,10 +20,16 @@ def test_bad_resume_and_eval_exit_2_and_change_nothing(finished_runs, tmp_path, 
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "config.json").write_text(json.dumps({"algo": "td3"}))
+    gone = tmp_path / "gone"  # a run of a script that is now a cell of ppo_rnn.py
+    gone.mkdir()
+    (gone / "config.json").write_text(json.dumps({"algo": "ppo_trxl"}))
     cases = [
         (dict(resume=str(tmp_path / "nowhere")), "--resume: no run directory"),
         (dict(eval=str(tmp_path / "nowhere")), "--eval: no run directory"),
         (dict(resume=str(foreign)), "is a run of td3 (td3.py), not of ppo (ppo.py); use td3.py"),
+        (dict(eval=str(gone)), "ppo_trxl.py became ppo_rnn.py --cell gtrxl, which cannot read its runs (its "
+                               "parameters are named otherwise): use the last ppo_trxl.py (git show "
+                               "b042acc:ppo_trxl.py"),
         (dict(eval=str(tmp_path)), "is missing or unreadable; is"),
         (dict(resume=str(run_dir), seed=7), "--seed 7 (run: 0) would change the run's results"),
         (dict(eval=str(run_dir), seed_index=2), "--seed-index 2 is out of range: the run has 2 agents"),
