@@ -42,16 +42,14 @@ def choose_devices(config, num_agents: int) -> list:
 
 
 def over_agents(fn, mesh, in_axes):
-    """jit(vmap(fn)) with the agent axis split over the mesh: each device runs the vmapped fn on its own agents
-    (shard_map), with no communication between devices; arguments with in_axes None are replicated."""
+    """jit(vmap(fn)), the agent axis split over the mesh (shard_map, no communication); in_axes None: replicated."""
     specs = tuple(PartitionSpec("agents") if a == 0 else PartitionSpec() for a in in_axes)
     return jax.jit(jax.shard_map(jax.vmap(fn, in_axes=in_axes), mesh=mesh, in_specs=specs,
                                  out_specs=PartitionSpec("agents"), check_vma=False))
 
 
 def to_agents(tree, sharding):
-    """Numpy arrays holding every agent's rows -> jax Arrays split over the agents' devices (each process places
-    only the rows of its own devices)."""
+    """Numpy arrays of every agent's rows -> jax Arrays split over the devices (each process places its own rows)."""
     return jax.tree.map(lambda x: jax.make_array_from_callback(x.shape, sharding, lambda i: x[i]), tree)
 
 
@@ -62,9 +60,7 @@ def local_agents(sharding, num_agents) -> list[int]:
 
 
 def collective(what, guard="peers_within_timeout"):
-    """Around this process's part of a collective (`what`: where in the run): a multi-process run's watchdog
-    (`harness.processes.peers_within_timeout`, or another of its guards); nothing on one process, which never
-    imports it."""
+    """A multi-process run's `guard` (`harness.processes`) around a collective (`what`); nothing on one process."""
     if jax.process_count() == 1:
         return contextlib.nullcontext()
     from scanrl.harness import processes

@@ -44,21 +44,16 @@ def iqm(scores, axis=None):
     return float(result) if result.ndim == 0 else result
 
 
-def _matrix(score_matrix) -> np.ndarray:
-    x = np.asarray(score_matrix, dtype=float)
-    x = x[:, None] if x.ndim == 1 else x  # one task
-    if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] == 0:
-        raise ValueError(f"scores must be a non-empty (num_runs, num_tasks) matrix, got shape {np.shape(score_matrix)}")
-    return x
-
-
 def stratified_bootstrap_ci(score_matrix, statistic: Callable | None = None, reps: int = INTERVAL_REPS,
                             confidence: float = 0.95, seed: int = 0) -> Estimate:
     """The statistic of `score_matrix` (num_runs, num_tasks; 1-D: one task) and its percentile interval over `reps`
     resamples that draw num_runs runs with replacement within each task, as rliable's `StratifiedBootstrap`.
     `statistic(stack)` maps (batch, num_runs, num_tasks) to (batch,) or (batch, k); default: each matrix's IQM.
     The same seed gives the same interval; resamples are drawn in batches, so memory is bounded for any `reps`."""
-    x = _matrix(score_matrix)
+    x = np.asarray(score_matrix, dtype=float)
+    x = x[:, None] if x.ndim == 1 else x  # one task
+    if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] == 0:
+        raise ValueError(f"scores must be a non-empty (num_runs, num_tasks) matrix, got shape {np.shape(score_matrix)}")
     statistic = statistic or (lambda stack: iqm(stack, axis=(-2, -1)))
     if not reps > 0:
         raise ValueError(f"reps must be positive, got {reps}")

@@ -9,11 +9,6 @@ from typing import Any
 
 from scanrl.harness.flags import ConfigError
 
-
-def _no_checks(config):
-    return None
-
-
 # The metrics the harness reads from `update`'s dict, and what each holds (the `Algorithm` docstring says more).
 REQUIRED_METRICS = {"episode_return": "the mean return of the episodes that ended in the iteration, NaN if none did",
                     "episodes": "how many episodes ended in the iteration (the final return weighs by it)"}
@@ -62,7 +57,7 @@ class Algorithm:
     third argument, `key`, gives with a key the policy training acts with, each action sampled with randomness from
     `key` (`blocks.sampling_policy`), for --eval --eval-sampled; one without it is deterministic (greedy Q-values,
     TD3's actor)"""
-    validate: Callable[[Any], None] = _no_checks
+    validate: Callable[[Any], None] = lambda config: None
     """raises `ValueError` (one line naming the flag and what to do) for a config this algorithm cannot train (the
     shared flags are checked already); the harness prints it as `error: <message>` and exits 2"""
     write_outputs: Callable | None = None

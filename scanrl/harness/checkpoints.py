@@ -30,8 +30,7 @@ RENAMED_FIELDS = {"position": "pos"}
 def quiet_abandoned_reads():
     """Installs (once) a sys.unraisablehook that drops what the reads orbax abandons when a damaged checkpoint fails
     raise after the fact (a tensorstore callback's "Event loop is closed", an orbax coroutine's error collected
-    unawaited: each printed a traceback after the one-line warning), and passes anything else on to the hook before
-    it."""
+    unawaited: each printed a traceback after the one-line warning); anything else goes to the hook before it."""
     previous = sys.unraisablehook
     if getattr(previous, "drops_abandoned_reads", False):
         return
@@ -48,8 +47,7 @@ def quiet_abandoned_reads():
 
 
 class Checkpoints:
-    """The checkpoints of one run directory; `keep=None` opens it read-only (--eval). A context manager: leaving
-    it waits for the save in flight."""
+    """A run directory's checkpoints (`keep=None`: read-only); leaving it waits for the save in flight."""
 
     def __init__(self, run_dir, keep=None):
         # orbax logs many absl lines per event (a read-only open, a failed write); the harness says one of its own.
@@ -58,13 +56,11 @@ class Checkpoints:
         self.run_dir, self.folder = run_dir, os.path.join(run_dir, "checkpoints")
         if keep is not None:  # made by the run itself: a link planted at the name is refused, never written through
             folder(self.folder)
-        self.manager = ocp.CheckpointManager(
-            os.path.abspath(self.folder),
-            # lightweight: orbax reads no step's files when it opens the folder (a FIFO planted in one would block
-            # it there); each checkpoint read is checked first (`meta`)
-            options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=keep is not None, read_only=keep is None,
-                                                 lightweight_initialize=True),
-        )
+        # lightweight: orbax reads no step's files when it opens the folder (a FIFO planted in one would block it
+        # there); each checkpoint read is checked first (`meta`)
+        options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=keep is not None, read_only=keep is None,
+                                               lightweight_initialize=True)
+        self.manager = ocp.CheckpointManager(os.path.abspath(self.folder), options=options)
 
     def __enter__(self):
         return self
@@ -88,11 +84,9 @@ class Checkpoints:
         runner = without_empty(runner)
         meta = {"algo": name, "env": config.env, "iterations": done, "config": dataclasses.asdict(config),
                 "checksums": {"runner": checksums(runner), "history": checksums(history)}}
+        items = {"runner": ocp.args.StandardSave(runner), "history": ocp.args.StandardSave(history)}
         with self._writing():
-            self.manager.save(done, args=ocp.args.Composite(
-                runner=ocp.args.StandardSave(runner), history=ocp.args.StandardSave(history),
-                meta=ocp.args.JsonSave(meta),
-            ))
+            self.manager.save(done, args=ocp.args.Composite(**items, meta=ocp.args.JsonSave(meta)))
 
     def wait(self):
         """Waits until the save in flight is committed; OSError if it failed."""
@@ -112,8 +106,7 @@ class Checkpoints:
             raise OSError(0, cause, self.folder) from None
 
     def meta(self, step) -> dict:
-        """Checkpoint `step`'s record: {algo, env, iterations, config, checksums}; ValueError, before orbax opens any
-        of its files, if the checkpoint holds anything but folders and files (`not_written_by_orbax`)."""
+        """Checkpoint `step`'s record; ValueError, before orbax opens a file, where `not_written_by_orbax` says so."""
         problem = not_written_by_orbax(os.path.join(self.folder, str(step)))
         if problem:
             raise ValueError(problem)
@@ -172,8 +165,7 @@ class Checkpoints:
         return None
 
     def _restore(self, step, items):
-        """orbax's restore of `items`; a runner written before a field of it was renamed (`RENAMED_FIELDS`) is read as
-        written, its arrays put in this version's tree and on its devices."""
+        """orbax's restore of `items`; a runner from before a field was renamed (`RENAMED_FIELDS`) too."""
         try:
             return self.manager.restore(step, args=ocp.args.Composite(**items))
         except Exception as error:
@@ -214,9 +206,8 @@ def not_written_by_orbax(step_folder) -> str | None:
 
 
 def check_shapes(which, where, abstract_runner):
-    """ConfigError naming the first array whose shape or dtype in checkpoint `where` differs from the agent state
-    this version of the script makes (a fork widened a layer, config.json's sizes were edited). Compared before
-    restoring, so an intact checkpoint is never called damaged; one whose arrays cannot be listed is left to it."""
+    """ConfigError naming the first array whose shape or dtype in checkpoint `where` differs from the agent state this
+    version of the script makes. Compared before restoring, so an intact checkpoint is never called damaged."""
     try:
         with ocp.StandardCheckpointer() as checkpointer:
             stored = checkpointer.metadata(os.path.join(where, "runner")).item_metadata.tree
@@ -249,8 +240,7 @@ def with_empty(abstract, restored):
 
 
 def checksums(tree) -> list[int] | None:
-    """CRC-32 of every array of `tree` (its bytes, in leaf order); None in a multi-process run (no process holds
-    every agent's arrays)."""
+    """CRC-32 of every array of `tree`, in leaf order; None with several processes (none holds them all)."""
     if jax.process_count() > 1:
         return None
     return [zlib.crc32(np.ascontiguousarray(np.asarray(x)).view(np.uint8)) for x in jax.tree.leaves(tree)]

@@ -62,8 +62,7 @@ def main(algorithm, config=None):
 
 
 def check(algorithm, config):
-    """-> (the config as it trains, its sweep points); ConfigError if it cannot be trained. Writes nothing. (That
-    each swept field takes one value per agent is checked on the program: `program.plan`.)"""
+    """-> (the config as it trains, its sweep points); ConfigError if it cannot be trained. Writes nothing."""
     check_flags(config)
     check_env(config)
     algorithm.check(config)
@@ -79,8 +78,7 @@ def check(algorithm, config):
 
 
 def sweep_overrides(algorithm, config, points) -> list[str]:
-    """A note for each swept field whose own flag was set too (not the default): the run says the sweep's values
-    replace it rather than silently drop the flag."""
+    """A note for each swept field whose own flag was set too: the sweep's values replace it, not silently."""
     if not config.sweep:
         return []
     defaults = algorithm.config(env=config.env)  # a default may depend on the env (dqn_tabular_q's learner)

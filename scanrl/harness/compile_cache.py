@@ -44,9 +44,8 @@ class FileCache(CacheInterface):
     regular files this user owns are read (a FIFO, device or link at an entry's name is dropped, never waited on or
     followed); one whose digest does not match is dropped with one note and compiled again."""
 
-    def __init__(self, path, max_bytes=MAX_BYTES):
+    def __init__(self, path):
         self._path = pathlib.Path(path)
-        self.max_bytes = max_bytes
         self.program = hashlib.sha256(FORMAT + f"{jax.__version__} {jaxlib.__version__}".encode()).hexdigest()[:16]
         self.noted = False
 
@@ -99,15 +98,14 @@ class FileCache(CacheInterface):
                     entries.append((status.st_mtime, status.st_size, entry))
         total = sum(size for _, size, _ in entries)
         for _, size, entry in sorted(entries):
-            if total <= self.max_bytes:
+            if total <= MAX_BYTES:
                 break
             entry.unlink(missing_ok=True)
             total -= size
 
 
 def start(flag: str | None) -> str | None:
-    """Turns the cache on (before anything compiles) -> its directory, or None when off or not usable (a note
-    says why; the run goes on without it)."""
+    """Turns the cache on (before anything compiles) -> its directory; None when off or not usable (a note says why)."""
     root = flag or os.environ.get("SCANRL_COMPILE_CACHE") or jax.config.jax_compilation_cache_dir
     if not root:
         root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "scanrl", "jax")

@@ -67,8 +67,7 @@ def save_figure(fig, path):
 
 
 def open_regular(path, mode="r", **kwargs):
-    """`path` opened for reading, OSError (EINVAL) unless it is a regular file: a FIFO is never waited on, a device
-    (a link to /dev/zero) never read without end."""
+    """`path` opened to read; OSError (EINVAL) for a FIFO (never waited on) or a device (never read)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):

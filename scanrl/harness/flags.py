@@ -18,9 +18,8 @@ import tyro
 
 
 class ConfigError(ValueError):
-    """A config that cannot be run. Its message is one line that names the flag and says what to do;
-    `harness.main` prints it as `error: <message>` and exits with code 2 (as it does a script's `validate`'s
-    ValueError)."""
+    """A config that cannot be run. Its message is one line that names the flag and says what to do; `harness.main`
+    prints it as `error: <message>` and exits with code 2 (as it does a script's `validate`'s ValueError)."""
 
 
 @dataclass(frozen=True)
@@ -179,7 +178,6 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-
 def point_label(point: dict) -> str:
     """`learning_rate=0.001,ent_coef=0`: a sweep point's name, also its directory in the run directory."""
     return ",".join(f"{k}={v:g}" for k, v in point.items())
@@ -227,10 +225,9 @@ def require_finite(config, prefix=""):
 
 
 def require_int32(config):
-    """ConfigError unless every int field lies within +-MAX_COUNT, the one bound of every integer flag: the programs
-    hold sizes and counts as int32, and past int64 a size is a traceback from deep inside JAX or XLA (a C long, a
-    shape) after the run directory is made. The seed has its own bound (MAX_SEED); what still does not fit in
-    memory is the memory check's."""
+    """ConfigError unless every int field lies within +-MAX_COUNT: the programs hold sizes and counts as int32, and
+    past int64 a size is a traceback from deep inside JAX or XLA after the run directory is made. The seed has its own
+    bound (MAX_SEED); what still does not fit in memory is the memory check's."""
     for name, value, item in field_values(config, int):
         if name != "seed" and not -MAX_COUNT <= item <= MAX_COUNT:
             given, each = (" ".join(map(str, value)), "each") if isinstance(value, tuple) else (value, "it")

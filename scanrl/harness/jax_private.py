@@ -17,8 +17,7 @@ __all__ = ["CacheInterface", "coordination_client", "inputs_read", "install_cach
 
 
 def install_cache_store(store: CacheInterface):
-    """Makes `store` JAX's persistent compilation cache store (call before the first compile: JAX makes its own
-    lazily, on first use)."""
+    """Makes `store` JAX's compilation cache store; before the first compile (JAX makes its own lazily)."""
     if not hasattr(_compilation_cache, "_cache"):
         raise RuntimeError("jax._src.compilation_cache._cache is gone: this jax is not the pinned one")
     _compilation_cache._cache = store
@@ -30,9 +29,8 @@ def coordination_client():
 
 
 def inputs_read(fn, *args) -> list[bool]:
-    """For each input of `fn(*args)` (ShapeDtypeStructs; a pytree's leaves in its order), whether any output depends
-    on it: the traced program with its dead code removed, as `jax.jit` removes it before dropping the inputs nothing
-    uses (through scans, loops and branches). Traced, neither lowered nor compiled."""
+    """For each input of `fn(*args)` (ShapeDtypeStructs; a pytree's leaves in its order), whether any output depends on
+    it (through scans, loops and branches): traced, neither lowered nor compiled."""
     closed = jax.make_jaxpr(fn)(*args)
     _, used = _partial_eval.dce_jaxpr(closed.jaxpr, [True] * len(closed.jaxpr.outvars))
     return used

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from scanrl.harness import stops
 from scanrl.harness.agents import any_process, collective, exit_on_lost_peers, gather, local_agents, to_agents
 from scanrl.harness.checkpoints import Checkpoints
 from scanrl.harness.files import folder
@@ -23,22 +24,12 @@ from scanrl.harness.memory import check_memory
 from scanrl.harness.metrics import Progress, plural
 from scanrl.harness.program import CHECKPOINT_S, evaluation_keys
 from scanrl.harness.resume import restored_run
-from scanrl.harness.stops import (
-    RunStopped,
-    callback_failure,
-    env_failure,
-    nonfinite_stop,
-    overflow_failure,
-    resume_command,
-    write_failed,
-)
 
 
 def compile_job(job, training=True) -> tuple:
-    """-> (the compiled training program, None without `training`; the compiled final evaluation; seconds taken).
-    Compiled from shapes alone, so a run too big for memory (its training, or its evaluation on --eval-episodes envs
-    per agent), or an error the user's own env raised while the programs were traced (`env_failure`) is refused
-    (ConfigError) before anything is allocated. Tracing the training gives `job.metric_keys`."""
+    """-> (the compiled training program, None without `training`; the compiled evaluation; seconds taken). From shapes
+    alone, so a run too big for memory or an error the user's own env raised while traced is refused (ConfigError)
+    before anything is allocated. Tracing the training gives `job.metric_keys`."""
     start = time.perf_counter()
     try:
         compiled = None
@@ -52,8 +43,8 @@ def compile_job(job, training=True) -> tuple:
         evaluation = (begin, steps.lower(keys, job.abstract_runner, job.swept, carry,
                                          jax.ShapeDtypeStruct((), jnp.int32)).compile())
     except Exception as error:
-        failure = error if isinstance(error, ConfigError) else env_failure(job.config, error)
-        failure = failure or overflow_failure(job.algorithm, job.config, error)
+        failure = error if isinstance(error, ConfigError) else stops.env_failure(job.config, error)
+        failure = failure or stops.overflow_failure(job.algorithm, job.config, error)
         if failure is None:
             raise
         raise failure from None
@@ -78,9 +69,10 @@ def compile_run(job, run_dir, stop):
     signum = any_process(stop.signal or 0)
     if signum:  # nothing trained yet, nothing to wait for
         resume = job.config.resume is not None
-        raise RunStopped(f"{signal.Signals(signum).name}: stopped while compiling, before any training: nothing was "
-                         f"trained{' further' if resume else ''}; {'continue' if resume else 'start it'} with: "
-                         f"{resume_command(job.algorithm.script, run_dir.path, job.config.env)}", 128 + signum)
+        raise stops.RunStopped(f"{signal.Signals(signum).name}: stopped while compiling, before any training: nothing "
+                               f"was trained{' further' if resume else ''}; {'continue' if resume else 'start it'} "
+                               f"with: {stops.resume_command(job.algorithm.script, run_dir.path, job.config.env)}",
+                               128 + signum)
     if job.lead:
         print(f"compiled in {compiled[2]:.1f} s", flush=True)
     return compiled
@@ -159,7 +151,6 @@ def run_evaluation(evaluation, job, runner, stop=None, stopped=None, what="the f
         stop.doing = f"stopping {what}"
     keys = to_agents(evaluation_keys(job.keys), job.sharding)
     runner = on_agents(runner, job.sharding)
-    # on_agents: a MuJoCo env state's zero-size leaves come back replicated, and the next piece would refuse them
     carry, shown = on_agents(start(keys, runner, job.swept), job.sharding), time.perf_counter()
     for until in range(EVAL_PIECE, job.eval_steps + EVAL_PIECE, EVAL_PIECE):
         carry = on_agents(steps(keys, runner, job.swept, carry, np.int32(min(until, job.eval_steps))), job.sharding)
@@ -198,11 +189,11 @@ def train_run(job, compiled, run_dir, tracking, stop):
     except BaseException as error:
         tracking.finish(exit_code=1)
         if isinstance(error, OSError):  # metrics.csv or a checkpoint could not be written
-            raise write_failed(error, algorithm.script, run_dir.path, config.env) from None
+            raise stops.write_failed(error, algorithm.script, run_dir.path, config.env) from None
         checkpoints_dir = os.path.join(run_dir.path, "checkpoints")
         trained = os.path.isdir(checkpoints_dir) and any(s.isdigit() for s in os.listdir(checkpoints_dir))
-        failure = callback_failure(error, algorithm.script, run_dir.path, config.env,
-                                   trained or config.resume is not None)
+        failure = stops.callback_failure(error, algorithm.script, run_dir.path, config.env,
+                                         trained or config.resume is not None)
         if failure is None:
             raise
         if not trained:
@@ -253,9 +244,9 @@ def train_chunks(job, compiled, runner, history, done, checkpoints, run_dir, pro
         signum = any_process(stop.signal or 0)  # a signal to any process stops them all
     write_pending()
     if done < job.num_iterations:
-        raise RunStopped(f"{signal.Signals(signum).name}: stopped after iteration {done} of {job.num_iterations}, "
-                         f"metrics and checkpoint written; continue with: "
-                         f"{resume_command(job.algorithm.script, run_dir.path, config.env)}", 128 + signum)
+        raise stops.RunStopped(f"{signal.Signals(signum).name}: stopped after iteration {done} of "
+                               f"{job.num_iterations}, metrics and checkpoint written; continue with: "
+                               f"{stops.resume_command(job.algorithm.script, run_dir.path, config.env)}", 128 + signum)
     if config.profile and job.lead:
         print(f"profiler trace of iterations {first + 1} to {first + job.length} in {profile_dir}: open its "
               "*.trace.json.gz at https://ui.perfetto.dev")
@@ -277,7 +268,7 @@ def check_divergence(job, history, metrics, start):
     before = (np.zeros(num_points, bool) if history is None
               else history["nonfinite"].reshape(num_points, job.config.num_seeds, -1).any(axis=(1, 2)))
     if num_points == 1 or (now | before).all():
-        raise nonfinite_stop(job.names, start, flags, hint)
+        raise stops.nonfinite_stop(job.names, start, flags, hint)
     if job.lead:
         for p in np.flatnonzero(now & ~before):
             print(f"warning: sweep point {point_label(job.points[p])} diverged (non-finite loss or parameters, first "

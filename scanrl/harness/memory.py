@@ -43,9 +43,8 @@ def cgroup_memory_left(root="/sys/fs/cgroup") -> int | None:
 
 def abstract_state(config, init, *args):
     """`jax.eval_shape(init, *args)`: the agents' state as shapes, nothing allocated. ConfigError naming the flags to
-    lower where one of its arrays has 2**63 elements or more, past XLA's int64 shapes (a size flag near its int32
-    bound, squared: --hidden-size 2147483647 makes PPO's flat vector of parameters, and its Adam moments, about
-    2**63 long); JAX says so in a traceback from its shape checks. No memory holds such a state."""
+    lower where an array has 2**63 elements or more, past XLA's int64 shapes (--hidden-size 2147483647 squared: PPO's
+    flat parameter vector), which JAX reports as a traceback from its shape checks; no memory holds such a state."""
     try:
         return jax.eval_shape(init, *args)
     except (TypeError, ValueError, OverflowError) as error:
@@ -68,13 +67,11 @@ def beyond_int64(error) -> bool:
 
 
 def check_memory(config, state_bytes, programs=None, host_bytes=0, evaluation=None, agents=None):
-    """ConfigError when the run cannot fit in what this process's first device (or the host) has available, checked
-    as soon as each figure is known. Before anything is made per agent (`programs` None): the state of this process's
-    `agents` (`state_bytes`, from shapes) twice (training and a checkpoint's host copy), and their keys. Once
-    compiled: each program's arguments, outputs and temporaries (XLA's `memory_analysis`, per device; host devices
-    share the host's memory, so on CPU they add up), plus a checkpoint's host copy of the agents' state and
-    `host_bytes` (the metrics history); `evaluation`, the compiled final evaluation (--eval-episodes envs per agent at
-    once), counted the same way."""
+    """ConfigError when the run cannot fit in what this process's first device (or the host) has available. Before
+    anything is made per agent (`programs` None): the state of this process's `agents` (`state_bytes`) twice (training
+    and a checkpoint's host copy), and their keys. Once compiled: each program's (and the final `evaluation`'s)
+    arguments, outputs and temporaries (XLA's `memory_analysis`, per device; on CPU the devices share the host's
+    memory, so they add up), plus a checkpoint's host copy of the state and `host_bytes` (the metrics history)."""
     lower, what = size_flags(config, host_bytes > state_bytes), "agents"
     if programs is None:
         need, what = 2 * state_bytes + 8 * agents, f"{agents:,} agents"

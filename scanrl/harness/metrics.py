@@ -17,8 +17,7 @@ class MetricsCsv:
     iteration order whatever the chunking; appended once a chunk's checkpoint is committed (loop.train_chunks)."""
 
     def __init__(self, path, keys, seeds, history=None, make_dir=False):
-        """A new file with its header, and the rows of `history` {key: (agents, iterations)} when resuming; written
-        to a temporary name and renamed, so a kill leaves the old file or the new one."""
+        """A new file (`files.replaced`) with its header, and the rows of `history` {key: (agents, iterations)}."""
         self.path, self.keys, self.seeds = path, keys, seeds
         if make_dir:  # a sweep point's folder (a link planted at its name is refused)
             folder(os.path.dirname(path))
@@ -55,8 +54,7 @@ class Progress:
         self.latest = np.full(len(self.agents), np.nan)
 
     def show(self, start, count, rows):
-        """`rows`: the metrics of iterations start .. start + count - 1 (and unused rows after), as arrays over all
-        agents split over the devices; this process reads its own shards (waiting for them)."""
+        """`rows`: iterations start .. start + count - 1 over all agents; this process reads its own shards."""
         due = [i for i in range(count) if (start + i + 1) % self.period == 0 or start + i == self.last]
         # Rows of this process's agents, in ascending order; without a line due, the returns alone, carried forward.
         local = {k: np.concatenate([np.asarray(shard.data) for shard in

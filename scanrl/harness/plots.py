@@ -11,8 +11,7 @@ CARRIED_NOTE = "each seed's value at a step: that of its latest finished episode
 
 
 def carry_forward(values, dtype=float):
-    """(agents, iterations), NaN where nothing was measured -> each row's last measured value so far (NaN before its
-    first), as `dtype`."""
+    """(agents, iterations) with NaN gaps -> each row's last measured value so far (NaN before), as `dtype`."""
     values = np.asarray(values, dtype=dtype)
     index = np.where(np.isnan(values), 0, np.arange(values.shape[1], dtype=np.int32))  # no run has 2**31 iterations
     np.maximum.accumulate(index, axis=1, out=index)
@@ -58,8 +57,7 @@ def pyplot():
 
 
 def _plot_carried(ax, steps, carried, num_agents, label="", color=None, full=True):
-    """The mean of the carried-forward curves, its 95% interval and (`full`) the min-max range; each agent's own
-    curve too where there are few."""
+    """The curves' mean, its 95% interval and (`full`) the min-max range; each agent's curve where few."""
     start, mean, half, low, high = mean_band(carried)
     covered, x = len(carried), steps[start:]
     if full and 1 < covered <= 10:

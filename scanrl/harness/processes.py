@@ -20,18 +20,16 @@ _collectives = itertools.count()
 
 
 def _exit_1(line):
-    """Prints `line` and exits 1 at once: a normal exit would wait in JAX's shutdown barrier for dead peers and end
-    in a C++ stack dump."""
+    """Prints `line` and exits 1 at once: a normal exit would wait for dead peers in JAX's shutdown barrier."""
     print(line, file=sys.stderr, flush=True)
     os._exit(1)
 
 
 def start_processes(argv=None):
     """Joins a multi-process run (--coordinator-address, --num-processes, --process-id) through
-    `jax.distributed.initialize`, which must come before anything makes a JAX backend (scripts call this before
-    `import envs`: gymnax makes one at import). Bad or incomplete flags are left to the config check, which names
-    them. Peers that do not join within --distributed-timeout end this process with one line, before JAX's own
-    timeout (300 s) ends it with a C++ stack dump."""
+    `jax.distributed.initialize`, before anything makes a JAX backend (gymnax makes one at import). Bad flags are
+    left to the config check, which names them. Peers that do not join within --distributed-timeout end this process
+    with one line, before JAX's own timeout (300 s) ends it with a C++ stack dump."""
     flags = early_flags(sys.argv[1:] if argv is None else argv)
     address = flags.get("coordinator_address")
     try:
@@ -58,8 +56,7 @@ def start_processes(argv=None):
 
 
 def _beat(process_id, every):
-    """This process's heartbeat for its peers' watchdogs: a counter in the coordination service's key-value store,
-    raised every `every` seconds while the process lives."""
+    """This process's heartbeat: a counter in the coordination service's store, raised every `every` s."""
     client = coordination_client()
     for beat in itertools.count():
         try:
@@ -69,36 +66,37 @@ def _beat(process_id, every):
         time.sleep(every)
 
 
+def _read(client, key):
+    """A key's value in the coordination service's key-value store; None where it is not there."""
+    try:
+        return client.key_value_try_get(key)
+    except Exception:
+        return None
+
+
 @contextlib.contextmanager
 def peers_within_timeout(what):
-    """Around this process's part of a collective (`what`: where in the run): peers whose heartbeat stood still, or
-    that have not reached it, for --distributed-timeout seconds died or hang, and this process exits 1 naming them.
-    Arrival marks in the coordination service's key-value store tell them apart; once all have arrived (a slow
-    disk, say), it waits as long as the collective takes."""
+    """Around this process's part of a collective (`what`): peers whose heartbeat stood still, or that have not reached
+    it, for --distributed-timeout seconds died or hang, and this process exits 1 naming them; once all arrived (marks in
+    the coordination service's store), it waits as long as the collective takes."""
     if PEERS["timeout"] is None:
         yield
         return
     client, number = coordination_client(), next(_collectives)
     me, timeout, count = PEERS["process_id"], PEERS["timeout"], PEERS["num_processes"]
 
-    def read(key):
-        try:
-            return client.key_value_try_get(key)
-        except Exception:  # not there
-            return None
-
     def watch():
         beats, since, start = {}, {}, time.monotonic()
         while not done.wait(min(5.0, timeout / 4)):
             now = time.monotonic()
-            if read(f"scanrl/{number}/{me}") is None:  # not even this process's mark: the store went with process 0
+            if _read(client, f"scanrl/{number}/{me}") is None:  # not even its own mark: the store went with process 0
                 exit_for_lost_peers(what, [0], "the coordinator does not answer")
             for p in range(count):
-                beat = read(f"scanrl/alive/{p}")
+                beat = _read(client, f"scanrl/alive/{p}")
                 if beat != beats.get(p):
                     beats[p], since[p] = beat, now
             dead = [p for p in range(count) if now - since[p] >= timeout]
-            late = [p for p in range(count) if read(f"scanrl/{number}/{p}") is None] \
+            late = [p for p in range(count) if _read(client, f"scanrl/{number}/{p}") is None] \
                 if now - start >= timeout else []
             if dead or late:
                 exit_for_lost_peers(what, dead or late, f"{'no heartbeat' if dead else 'not there'} for {timeout} s, "
@@ -128,19 +126,14 @@ def exit_on_lost_peers(what="the end of a chunk"):
 
 
 def exit_for_lost_peers(what, missing=None, cause=""):
-    """Exits 1 with one line naming the processes that are gone (`missing`; else those whose heartbeat stood still
-    over two of its periods: JAX's `get_live_nodes` waits like a barrier, up to its own 100 s heartbeat timeout,
-    which then aborts the process)."""
+    """Exits 1 with one line naming the processes that are gone (`missing`; else those whose heartbeat stood still over
+    two periods: JAX's `get_live_nodes` waits like a barrier, then aborts the process after 100 s)."""
     me, count = PEERS["process_id"], PEERS["num_processes"]
     if missing is None:
         client, every = coordination_client(), min(5.0, (PEERS["timeout"] or 20) / 4)
 
-        def beats():
-            read = {}
-            for p in range(count):
-                with contextlib.suppress(Exception):
-                    read[p] = client.key_value_try_get(f"scanrl/alive/{p}")
-            return read
+        def beats():  # the heartbeats the store holds
+            return {p: beat for p in range(count) if (beat := _read(client, f"scanrl/alive/{p}")) is not None}
 
         before = beats()
         time.sleep(2 * every)

@@ -1,9 +1,8 @@
-"""One agent's program, made once per run (`plan` -> `Job`): the script's parts (`make_train_parts`, called once; again
-inside the program for each agent's swept values, traced), the check that each swept field takes one value per agent,
-every agent's state as shapes (init's shapes, once), the memory check on them, the agents' keys and names, a piece of
-training (a scan of `update` with `env_steps` and `nonfinite` added), the evaluation programs and the agents' initial
-state; vmapped over a device's agents and split over the devices. Agents are point-major: agent p * num_seeds + s
-trains sweep point p with seed `seed + s`, so every point sees the seeds of a run without --sweep."""
+"""One agent's program, made once per run (`plan` -> `Job`): the script's parts (again inside the program for each
+agent's swept values), the swept fields checked, the agents' state as shapes and its memory check, their keys and
+names, a piece of training (a scan of `update`), the evaluation and the initial state; vmapped over a device's agents,
+split over the devices. Agents are point-major: agent p * num_seeds + s trains sweep point p with seed `seed + s`, so
+every point sees the seeds of a run without --sweep."""
 
 import dataclasses
 import itertools
@@ -27,9 +26,8 @@ EVALUATION_FOLD = 2**32 - 1
 
 
 def agent_parts(algorithm, config):
-    """`parts(swept) -> (config, init, update)` of one agent: without swept values the run's own, made once; with
-    them (traced scalars), those of the config holding them, so wherever the script reads a swept field it reads the
-    agent's value."""
+    """`parts(swept) -> (config, init, update)` of one agent: the run's own (made once) without swept values; with them
+    (traced scalars), those of the config holding them, so the script reads each agent's value."""
     base = (config, *algorithm.make_train_parts(config))
 
     def parts(swept):
@@ -100,8 +98,7 @@ def dtype_of(config, name):
 
 
 def fields_read(algorithm, config, parts, names) -> dict:
-    """{field: whether the program reads it} for `names` swept together: one agent's init, two iterations and
-    evaluation, traced once with the fields as inputs (`jax_private.inputs_read`)."""
+    """{field: whether the program reads it} for `names` swept together: init, two iterations and evaluation traced."""
     key = jax.random.PRNGKey(0)
 
     def program(values):
@@ -240,17 +237,15 @@ class Job:
 
 def plan(algorithm, config, points, sampled=False) -> Job:
     """The agents (sweep points x seeds) over the devices, and one agent's programs vmapped over a device's agents and
-    split over the devices (shard_map); swept values go in as arrays, the script's parts made with them
-    (`agent_parts`). ConfigError, before anything per agent is made, for a swept field the program cannot take, or
-    agents whose state alone outgrows memory. `sampled`: the evaluation acts as training does (--eval-sampled)."""
+    split over the devices (shard_map), swept values as arrays. ConfigError, before anything per agent is made, for a
+    swept field the program cannot take, or agents whose state alone outgrows memory. `sampled`: --eval-sampled."""
     num_agents = config.num_seeds * len(points)
     require_count(num_agents, "agents (--num-seeds x sweep points)", flag("num_seeds"))
     parts = agent_parts(algorithm, config)
     check_swept(algorithm, config, points[0], parts)
-    dtypes = {k: dtype_of(config, k) for k in points[0]}
     abstract = abstract_state(config, jax.vmap(lambda key, values: parts(values)[1](key)),
                               jax.ShapeDtypeStruct((num_agents, 2), jnp.uint32),
-                              {k: jax.ShapeDtypeStruct((num_agents,), d) for k, d in dtypes.items()})
+                              {k: jax.ShapeDtypeStruct((num_agents,), dtype_of(config, k)) for k in points[0]})
     local = -(-num_agents // jax.process_count())  # this process's agents, at most
     check_memory(config, local * (sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(abstract)) // num_agents),
                  agents=local)

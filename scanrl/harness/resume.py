@@ -169,9 +169,8 @@ def resumed_config(algorithm, config, named=(), trained=None):
 
 
 def resumed(algorithm, config, named=()):
-    """--resume DIR: the run's own config (see `resumed_config`; `named`: the fields the command line names), checked
-    to have the checkpoints its metrics.csv rows need, DIR reached through a link as it is (its files' folder is
-    none)."""
+    """--resume DIR: the run's own config (`resumed_config`), checked to have the checkpoints its metrics.csv rows need,
+    DIR reached through a link as it is (its files' folder is none)."""
     import jax
 
     config = resumed_config(algorithm, config, named, trained_config(config.resume))
@@ -218,8 +217,7 @@ def require_checkpoints_for_progress(run_dir, script):
 
 
 def trained_config(run_dir):
-    """-> (the newest checkpoint with a readable record, the config it was trained with, as JSON); None if the run
-    has none (a damaged one is left to the restore to report)."""
+    """-> (the newest checkpoint with a readable record, its config as JSON); None where none has one."""
     if not os.path.isdir(os.path.join(run_dir, "checkpoints")):
         return None
     with contextlib.suppress(Exception), Checkpoints(run_dir) as checkpoints:

@@ -123,9 +123,8 @@ def claim_run_directory(path, config_json) -> str:
 
 
 def foreign_folder(path) -> str:
-    """"" if the folder at `path` is this user's and no one else can write in it, else what is wrong ("is owned by
-    uid 1001", "is writable by others (mode 0o777)"): in a folder another user can write in, they could swap its
-    subfolders (checkpoints/) for links while the run goes on, and the run would write wherever those lead."""
+    """"" if the folder at `path` is this user's and no one else can write in it, else what is wrong: another user who
+    can write in it could swap its subfolders (checkpoints/) for links, and the run would write wherever those lead."""
     status = os.lstat(path)
     if status.st_uid != os.geteuid():
         return f"is owned by uid {status.st_uid}, not this user (uid {os.geteuid()})"
@@ -153,5 +152,3 @@ def json_safe(value):
     if isinstance(value, float) and not np.isfinite(value):
         return None
     return value
-
-

@@ -44,10 +44,10 @@ def write_failed(error: OSError, script, run_dir, env):
     cause = error.errno or next((code for code, words in ((errno.ENOSPC, "No space left"), (errno.EDQUOT, "quota"),
                                                           (errno.EROFS, "Read-only")) if words in str(error)), None)
     moved = "move it away (the run makes its own)"  # a link or a file where the run writes a folder
-    fix = {errno.ENOSPC: "make room", errno.EDQUOT: "make room", errno.EROFS: "make it writable", errno.ELOOP: moved,
-           errno.ENOTDIR: moved}.get(
-        cause, "fix its permissions (chmod u+w, chattr -i)" if cause in (errno.EACCES, errno.EPERM) else
-        "make room (or fix permissions)")
+    permissions = "fix its permissions (chmod u+w, chattr -i)"
+    fixes = {errno.ENOSPC: "make room", errno.EDQUOT: "make room", errno.EROFS: "make it writable", errno.ELOOP: moved,
+             errno.ENOTDIR: moved, errno.EACCES: permissions, errno.EPERM: permissions}
+    fix = fixes.get(cause, "make room (or fix permissions)")
     return RunStopped(f"error: cannot write{' ' + str(path) if path else ''}: {error.strerror or error}; training "
                       f"stopped, the checkpoints written so far are kept; {fix}, then continue with: "
                       f"{resume_command(script, run_dir, env)}", 1, abandon=True)
@@ -74,8 +74,7 @@ def callback_failure(error, script, run_dir, env, trained) -> RunStopped | None:
 
 
 def nonfinite_stop(names, start, flags, hint):
-    """RunStopped (exit 1) naming the agents whose `nonfinite` flags (iterations after `start`, the last checkpoint)
-    are set, and the first such iteration."""
+    """RunStopped (exit 1) naming the agents with `nonfinite` set after iteration `start`, and the first such one."""
     agents = np.flatnonzero(flags.any(axis=1)).tolist()
     bad = ", ".join(str(names[i]) for i in agents[:8]) + (f" and {len(agents) - 8} more" if len(agents) > 8 else "")
     kept = f"the last good checkpoint is at iteration {start}" if start else "no checkpoint was written"
@@ -86,10 +85,9 @@ def nonfinite_stop(names, start, flags, hint):
 
 class StopRequest:
     """A context manager: SIGINT (Ctrl-C) or SIGTERM is remembered, to stop once compilation or the iterations under
-    way end (a chunk's end in a multi-process run), with a checkpoint; a second one stops at once: `exit_process`
-    (a command line's run) ends the process from the handler itself, which may run inside a callback that would
-    swallow an exception (JAX's garbage-collection hook); otherwise it raises RunStopped. The previous handlers come
-    back on exit."""
+    way end (a chunk's end in a multi-process run), with a checkpoint; a second one stops at once: `exit_process` (a
+    command line's run) ends the process from the handler itself, which may run inside a callback that would swallow
+    an exception (JAX's garbage-collection hook); else it raises RunStopped. The previous handlers come back on exit."""
 
     def __init__(self, exit_process=False):
         self.exit_process = exit_process

@@ -17,8 +17,7 @@ from scanrl.harness.stops import write_failed
 
 
 def write_summaries(run_dir, tracking, algorithm, history, eval_returns, runner, extra):
-    """Every output of a finished run (`run_dir`: its `RunDirectory`), the report printed, the wandb runs ended.
-    `runner`: on the host where the algorithm has `write_outputs`."""
+    """Every output of a finished run, its report, the wandb runs ended; `runner` on the host or None."""
     config, points = run_dir.config, run_dir.points
     title = f"{run_dir.name} on {config.env}"
     ylim = None
@@ -38,8 +37,7 @@ def write_summaries(run_dir, tracking, algorithm, history, eval_returns, runner,
 
 
 def point_summary(run_dir, algorithm, p, rows, extra, title, ylim):
-    """Sweep point p's plot, report lines, outputs and summary.json, from its agents' rows of `rows` (metrics, eval
-    returns, runner). -> (its summary, its images)."""
+    """Sweep point p's plot, report lines, outputs and summary.json -> (its summary, its images)."""
     config, point, point_dir = run_dir.config, run_dir.points[p], run_dir.point_dirs[p]
     metrics, returns, runner = point_rows(rows, p, config.num_seeds)
     seeds = run_dir.seeds()

@@ -9,8 +9,7 @@ from scanrl.harness.flags import MAX_COUNT, ConfigError, Flags, flag, point_labe
 
 
 def sweepable_fields(config) -> tuple[str, ...]:
-    """The fields --sweep may vary: the script's own numeric fields (not booleans, not the shared flags); whether the
-    program can take one value per agent of each is known only when traced (`check_swept`)."""
+    """The script's own numeric fields, not the shared flags nor booleans; `check_swept` tells which can vary."""
     shared = {f.name for f in dataclasses.fields(Flags)}
     return tuple(f.name for f in dataclasses.fields(config) if f.name not in shared
                  and type(getattr(config, f.name)) in (int, float))

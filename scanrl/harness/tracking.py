@@ -21,8 +21,7 @@ def safe_wandb(fn, *args, **kwargs):
 
 
 class Tracking:
-    """The wandb runs of a run (--track, process 0), one per sweep point (`labels`: their names); once one could not
-    start, the others do not try."""
+    """A run's wandb runs (--track, process 0), one per sweep point; once one failed to start, no other tries."""
 
     def __init__(self, config, run_name, run_path, points, labels, lead):
         self.runs = []
@@ -36,8 +35,7 @@ class Tracking:
             try:
                 import wandb
 
-                timeouts = dict(init_timeout=WANDB_TIMEOUT_S, login_timeout=WANDB_TIMEOUT_S,
-                                finish_timeout=WANDB_TIMEOUT_S)
+                timeouts = {f"{when}_timeout": WANDB_TIMEOUT_S for when in ("init", "login", "finish")}
                 self.runs.append(wandb.init(
                     project=config.wandb_project, entity=config.wandb_entity, dir=run_path, reinit="create_new",
                     name=f"{run_name}/{label}" if sweep else run_name, settings=wandb.Settings(**timeouts),

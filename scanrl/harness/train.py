@@ -1,7 +1,6 @@
 """A new or resumed run, along its path: planned (`program`), its directory claimed (`rundir`), compiled and trained
 chunk by chunk (`loop`), evaluated, summarised (`summaries`)."""
 
-
 from scanrl.harness.agents import exit_on_lost_peers
 from scanrl.harness.loop import compile_run, run_evaluation, train_run
 from scanrl.harness.program import plan
@@ -12,8 +11,7 @@ from scanrl.harness.tracking import Tracking
 
 
 def train(algorithm, config, points, exit_process=False):
-    """A new or resumed run: planned, its directory claimed, compiled, trained in chunks, evaluated, summarised.
-    `exit_process`: a command line's run, which a second Ctrl-C ends at once (`StopRequest`)."""
+    """The run, along that path. `exit_process`: a command line's run, which a second Ctrl-C ends at once."""
     job, run_dir = plan(algorithm, config, points), None
     try:
         # From here on Ctrl-C or SIGTERM (during compilation too) stop the run where the running chunk ends, and a
