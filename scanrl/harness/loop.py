@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from scanrl.envs.custom import import_reference
 from scanrl.harness import stops
 from scanrl.harness.agents import any_process, collective, exit_on_lost_peers, gather, local_agents, to_agents
 from scanrl.harness.checkpoints import Checkpoints
@@ -260,7 +261,7 @@ def check_divergence(job, history, metrics, start):
     names = [f.name for f in dataclasses.fields(job.config)
              if f.name in ("learning_rate", "max_grad_norm") or f.name.endswith("_lr")] or ["learning_rate"]
     hint = "Lower " + " or ".join(flag(name) for name in names)
-    if ":" in job.config.env:  # your own env (module:name) may be where the NaN came from
+    if import_reference(job.config.env) is not None:  # your own env (module:name) may be where the NaN came from
         hint += f", or check that --env {job.config.env} returns finite observations and rewards"
     flags, num_points = metrics["nonfinite"], len(job.points)
     by_point = flags.reshape(num_points, job.config.num_seeds, -1).any(axis=1)  # (points, iterations)
