@@ -4,6 +4,7 @@ import textwrap
 
 import numpy as np
 
+from scanrl.envs.custom import import_reference
 from scanrl.harness import aggregate
 from scanrl.harness.files import replaced
 
@@ -39,7 +40,8 @@ def plot_curves(path, algo, results):
         if e.low is not None:
             ax.axhline(e.low, color="gray", ls=":", lw=1, label="random policy")
         # by env (a file's env by its name: memory_chain_50), or by entry where two recipes share an env
-        ax.set_title(e.env.rpartition(":")[2] if envs.count(e.env) == 1 else e.name, fontsize=10)
+        own = import_reference(e.env)  # None for a suite's id with a backend suffix (brax/halfcheetah:mjx)
+        ax.set_title((own[1] if own else e.env) if envs.count(e.env) == 1 else e.name, fontsize=10)
         ax.set_xlabel("env steps per seed")
         ax.xaxis.set_major_locator(MaxNLocator(5))  # a few ticks, named 250k, 1M: no run-together labels
         ax.xaxis.set_major_formatter(EngFormatter(sep=""))
