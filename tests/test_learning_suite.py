@@ -173,7 +173,7 @@ def test_select_takes_comma_lists_and_repeats_in_suite_order():
         select(quick, ("nope,ppo-cartpole",))
 
 
-@pytest.mark.parametrize("suite", [pytest.param(s, marks=pytest.mark.slow) if s == "offpolicy" else s
+@pytest.mark.parametrize("suite", [pytest.param(s, marks=pytest.mark.slow) if s in ("offpolicy", "halfcheetah") else s
                                    for s in sorted(SUITES)])
 def test_suite_entries_are_runnable_as_written(suite):
     """Every entry's flags pass its script's own checks (harness.check writes nothing), its label is the learner
