@@ -637,14 +637,7 @@ def td3_script_runner(cfg: TD3Config, args: Args, updates: int):
     runner = jax.jit(init)(jax.random.PRNGKey(args.seed))
     while int(runner.env_steps) < config.learning_starts:  # random actions, no update: they fill the buffer
         runner = many(runner)
-
-    def run():
-        nonlocal runner
-        start = time.perf_counter()
-        runner = jax.block_until_ready(many(runner))
-        return time.perf_counter() - start
-
-    return run
+    return carried(many, runner)
 
 
 def td3_update_flops(cfg: TD3Config) -> float:
@@ -672,12 +665,15 @@ def matmul_runner(matmuls: int, size: int, calls: int, seed: int):
             x = x @ w
         return x, None
 
-    many = jax.jit(lambda x: jax.lax.scan(chain, x, None, calls)[0])
+    return carried(jax.jit(lambda x: jax.lax.scan(chain, x, None, calls)[0]), x)
 
+
+def carried(many, state):
+    """-> run() -> seconds of one call of the jitted `many` on the state the last call returned, blocking."""
     def run():
-        nonlocal x
+        nonlocal state
         start = time.perf_counter()
-        x = jax.block_until_ready(many(x))
+        state = jax.block_until_ready(many(state))
         return time.perf_counter() - start
 
     return run
