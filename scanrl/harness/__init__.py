@@ -41,10 +41,10 @@ import the harness, and the harness never imports them.
 
 Importing the harness makes no JAX backend and changes no environment variable. A script calls
 `harness.prepare_jax(__name__)` before `from scanrl import envs` (gymnax makes a backend on import): XLA_FLAGS are
-read when the backend is made, and a multi-process run must start `jax.distributed` before one exists.
-"""
+read when the backend is made, and a multi-process run must start `jax.distributed` before one exists."""
 
 import ast
+import contextlib
 import importlib
 import os
 import sys
@@ -59,21 +59,17 @@ __all__ = ["available_cores", "prepare_jax", "print_help", *_EXPORTS]
 def __getattr__(name):
     if name not in _EXPORTS:
         raise AttributeError(f"module 'scanrl.harness' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"scanrl.harness.{_EXPORTS[name]}"), name)
-    globals()[name] = value
+    globals()[name] = value = getattr(importlib.import_module(f"scanrl.harness.{_EXPORTS[name]}"), name)
     return value
 
 
 def available_cores() -> int:
     """The cores this process may run on: its CPU affinity, within a cgroup's CPU quota (containers)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    try:
-        with open("/sys/fs/cgroup/cpu.max") as f:
-            quota, period = f.read().split()
+    with contextlib.suppress(OSError, ValueError), open("/sys/fs/cgroup/cpu.max") as f:
+        quota, period = f.read().split()
         if quota != "max":
             cores = min(cores, max(1, int(quota) // int(period)))
-    except (OSError, ValueError):
-        pass
     return cores
 
 
@@ -91,7 +87,16 @@ def prepare_jax(module_name: str):
         for stream in (sys.stdout, sys.stderr):
             if hasattr(stream, "reconfigure"):
                 stream.reconfigure(errors="backslashreplace")
-        _refuse_shadowed_packages(os.path.dirname(os.path.abspath(sys.argv[0])))
+        # A jax.py (or jax/, numpy.py, ...) beside the script would stand in for a package scanrl imports (Python
+        # imports the script's folder first), with a traceback from deep inside: exit 2 with one line instead.
+        folder = os.path.dirname(os.path.abspath(sys.argv[0]))
+        for name in ("jax", "jaxlib", "flax", "optax", "distrax", "chex", "orbax", "gymnax", "tyro", "wandb", "numpy",
+                     "matplotlib"):
+            for path in (os.path.join(folder, f"{name}.py"), os.path.join(folder, name, "__init__.py")):
+                if os.path.isfile(path):
+                    print(f"error: {path} beside the script stands in for the {name} package (Python imports the "
+                          f"script's folder first); rename it", file=sys.stderr)
+                    sys.exit(2)
     if "help" in early:
         print_help(sys.modules["__main__"])  # exits, unless the Config needs the script's other names
     elif main and early.get("process_id", "0") == "0":  # a first line at once: the imports take seconds
@@ -108,35 +113,6 @@ def prepare_jax(module_name: str):
         start_processes()
 
 
-# The packages a script imports through scanrl: a module of that name beside the script would be imported instead.
-_DEPENDENCIES = ("jax", "jaxlib", "flax", "optax", "distrax", "chex", "orbax", "gymnax", "tyro", "wandb", "numpy",
-                 "matplotlib")
-
-
-def _refuse_shadowed_packages(folder):
-    """Exit 2 with one line where the script's folder holds a jax.py (or jax/, numpy.py, ...): Python imports the
-    script's own folder first, so it would stand in for the package, with a traceback from deep inside."""
-    for name in _DEPENDENCIES:
-        for path in (os.path.join(folder, f"{name}.py"), os.path.join(folder, name, "__init__.py")):
-            if os.path.isfile(path):
-                print(f"error: {path} beside the script stands in for the {name} package (Python imports the "
-                      f"script's folder first); rename it", file=sys.stderr)
-                sys.exit(2)
-
-
-# Modules a Config may use that cost nothing to import; of scanrl, the harness only (scanrl.envs imports gymnax).
-_LIGHT_MODULES = ("dataclasses", "typing", "collections", "enum", "scanrl.harness")
-
-
-def _light(node) -> bool:
-    """Whether an import statement imports light modules only (`from scanrl import harness` is one)."""
-    if isinstance(node, ast.ImportFrom):
-        names = [f"{node.module}.{a.name}" if node.module == "scanrl" else node.module or "" for a in node.names]
-    else:
-        names = [a.name for a in node.names]
-    return all(any(n == m or n.startswith(m + ".") for m in _LIGHT_MODULES) for n in names)
-
-
 def print_help(script):
     """--help of the running `script` from its `Config` class and light imports alone (run in its namespace): tyro
     prints what the full script would, and exits 0. Returns where the Config needs more of the script: the script's
@@ -145,10 +121,19 @@ def print_help(script):
 
     from scanrl.harness.flags import description
 
+    # Modules a Config may use that cost nothing to import; of scanrl, the harness only (scanrl.envs imports gymnax).
+    cheap = ("dataclasses", "typing", "collections", "enum", "scanrl.harness")
+
+    def imported(node):  # the modules an import statement imports (`from scanrl import harness`: scanrl.harness)
+        if isinstance(node, ast.ImportFrom):
+            return [f"{node.module}.{a.name}" if node.module == "scanrl" else node.module or "" for a in node.names]
+        return [a.name for a in node.names]
+
     try:
         with open(script.__file__, encoding="utf-8") as f:
             tree = ast.parse(f.read(), script.__file__)
-        light = [node for node in tree.body if isinstance(node, ast.Import | ast.ImportFrom) and _light(node)]
+        light = [node for node in tree.body if isinstance(node, ast.Import | ast.ImportFrom) and all(
+            any(n == m or n.startswith(m + ".") for m in cheap) for n in imported(node))]
         config = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Config"]
         if len(config) != 1:
             return

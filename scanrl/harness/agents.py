@@ -28,16 +28,14 @@ def choose_devices(config, num_agents: int) -> list:
                               f"--xla_force_host_platform_device_count={config.num_devices}), or pass --num-devices "
                               f"{len(devices)} to go on with numbers an uninterrupted run would not give")
         if config.num_devices > len(devices):
-            raise ConfigError(f"{flag('num_devices')} {config.num_devices}: this process sees {len(devices)} "
-                              "device(s)")
+            raise ConfigError(f"{flag('num_devices')} {config.num_devices}: this process sees {len(devices)} device(s)")
         if num_agents % config.num_devices:
             raise ConfigError(f"{what} do not divide over --num-devices {config.num_devices}; use a divisor of "
                               f"{num_agents}")
         return devices[:config.num_devices]
     count = max(d for d in range(1, len(devices) + 1) if num_agents % d == 0)
     if 1 < num_agents and count < len(devices):  # one agent on one device needs no note
-        print(f"note: {what} do not divide over {len(devices)} devices; running on {count} "
-              "(--num-devices chooses)")
+        print(f"note: {what} do not divide over {len(devices)} devices; running on {count} (--num-devices chooses)")
     return devices[:count]
 
 

@@ -3,8 +3,7 @@ percentile confidence intervals from a stratified bootstrap, in numpy. Scores co
 one run's seeds on one env are (num_seeds, 1). `summarize(returns)` is summary.json's `eval_return_iqm`.
 
 NaN: `iqm` is NaN when any score is (as `np.mean`); `stratified_bootstrap_ci` hands NaNs to its statistic; `summarize`
-drops NaN runs and counts them (`n_nan`).
-"""
+drops NaN runs and counts them (`n_nan`)."""
 
 from collections.abc import Callable
 from typing import NamedTuple
@@ -28,9 +27,7 @@ def iqm(scores, axis=None):
     """Interquartile mean, as `scipy.stats.trim_mean(scores, 0.25, axis)`: int(0.25 * n) cut from each end of the
     sorted values (n < 4: the mean). `axis`: None, an int or a tuple of axes taken together. NaN if any value is."""
     x = np.asarray(scores, dtype=float)
-    if axis is None:
-        x = x.reshape(-1)
-        axis = (0,)
+    x, axis = (x.reshape(-1), 0) if axis is None else (x, axis)
     axes = tuple(a % x.ndim for a in np.atleast_1d(axis))
     kept = [a for a in range(x.ndim) if a not in axes]
     x = np.transpose(x, kept + list(axes)).reshape([x.shape[a] for a in kept] + [-1])
@@ -60,13 +57,11 @@ def stratified_bootstrap_ci(score_matrix, statistic: Callable | None = None, rep
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
     num_runs, num_tasks = x.shape
-    rng = np.random.default_rng(seed)
-    tasks = np.arange(num_tasks)
+    rng, tasks = np.random.default_rng(seed), np.arange(num_tasks)
     batch = max(1, min(reps, _BATCH_VALUES // x.size))
     replicates = []
     for start in range(0, reps, batch):
-        size = min(batch, reps - start)
-        runs = rng.integers(0, num_runs, size=(size, num_runs, num_tasks))
+        runs = rng.integers(0, num_runs, size=(min(batch, reps - start), num_runs, num_tasks))
         replicates.append(np.asarray(statistic(x[runs, tasks]), dtype=float))
     replicates = np.concatenate(replicates, axis=0)
     low, high = np.percentile(replicates, [50 * (1 - confidence), 50 * (1 + confidence)], axis=0)

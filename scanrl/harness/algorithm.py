@@ -23,11 +23,10 @@ class Algorithm:
     - `init(rng) -> runner`: the agent's whole state (networks, optimizer, env state, buffers, RNG key, counters);
     - `update(runner) -> (runner, metrics)`: one iteration (a rollout and its update epochs, or one update phase).
       `metrics` is a dict of scalars, metrics.csv's columns in the order the dict gives them. It must hold
-      `episode_return` (the mean of the episodes that ended in the iteration, NaN if none did) and `episodes` (how
-      many ended in it: the summary's final return weighs by it); it may hold `episode_length` (plotted) and
-      `updates` (gradient updates so far, for updates/s), and whatever else the script reports. The harness adds
-      `env_steps` (`steps_per_iteration` per iteration) and `nonfinite`. A dict without a key it needs, or with one
-      it adds, is refused in one line naming `update`'s line when the program is traced, before anything trains.
+      REQUIRED_METRICS (`episode_return`, `episodes`) and may hold `episode_length` (plotted), `updates` (gradient
+      updates so far, for updates/s) and whatever else the script reports. The harness adds `env_steps`
+      (`steps_per_iteration` per iteration) and `nonfinite`. A dict without a key it needs, or with one it adds, is
+      refused in one line naming `update`'s line when the program is traced, before anything trains.
 
     What the harness finds in the runner by type, so a fork keeps the types: each flax `TrainState` (`nonfinite`: a
     NaN or an infinity in its params or optimizer state; in any float of a runner that holds none), and the
@@ -41,8 +40,7 @@ class Algorithm:
     Sweeps: the harness calls `make_train_parts` once per agent inside the compiled program, with a config whose
     swept fields hold that agent's values (traced scalars), so `config.learning_rate` anywhere in the script is the
     agent's own. A field that fixes a shape, a loop length or a Python branch cannot be swept: the harness says so
-    in one line, as it does for a swept field the compiled program never reads.
-    """
+    in one line, as it does for a swept field the compiled program never reads."""
 
     config: type
     """the script's `Config`: a frozen dataclass subclassing `harness.Flags`"""
@@ -53,17 +51,15 @@ class Algorithm:
     policy: Callable
     """`(config, runner) -> policy`: one agent's deterministic policy, `act(obs batch) -> action batch`, or, for a
     policy with memory, an `envs.RecurrentPolicy` (its initial memory and `step(memory, obs, start) -> (memory,
-    action)`): the final evaluation, --eval and --gif carry its memory through each episode. A policy that takes a
-    third argument, `key`, gives with a key the policy training acts with, each action sampled with randomness from
-    `key` (`blocks.sampling_policy`), for --eval --eval-sampled; one without it is deterministic (greedy Q-values,
-    TD3's actor)"""
+    action)`): the final evaluation, --eval and --gif carry its memory through each episode. A policy that also takes
+    `key` gives with it the policy training acts with, each action sampled with randomness from `key`
+    (`blocks.sampling_policy`), for --eval-sampled; one without is deterministic (greedy Q-values, TD3's actor)"""
     validate: Callable[[Any], None] = lambda config: None
     """raises `ValueError` (one line naming the flag and what to do) for a config this algorithm cannot train (the
     shared flags are checked already); the harness prints it as `error: <message>` and exits 2"""
     write_outputs: Callable | None = None
-    """`(config, runner) -> (summary fields, {file name: matplotlib figure})`: extra outputs of a sweep point, from
-    its agents' final runners (numpy, stacked on a leading agent axis), the figures saved in its directory; None:
-    none"""
+    """`(config, runner) -> (summary fields, {file name: matplotlib figure})`: extra outputs of a sweep point, from its
+    agents' final runners (numpy, stacked on a leading agent axis), the figures saved in its directory; None: none"""
 
     @property
     def script(self) -> str:

@@ -1,7 +1,6 @@
 """<run dir>/checkpoints/<iterations done>/, written with orbax after each chunk: every agent's whole state (networks,
 optimizer, env states, replay buffers, RNG keys, hparams), the metrics so far (item "history": orbax reserves
-"metrics") and {algo, env, iterations, config, checksums}. Saves are asynchronous: the next chunk trains while the
-files are written."""
+"metrics") and {algo, env, iterations, config, checksums}. Saves are asynchronous: the next chunk trains meanwhile."""
 
 import contextlib
 import dataclasses
@@ -46,7 +45,7 @@ def quiet_abandoned_reads():
     sys.unraisablehook = hook
 
 
-class Checkpoints:
+class Checkpoints(contextlib.AbstractContextManager):
     """A run directory's checkpoints (`keep=None`: read-only); leaving it waits for the save in flight."""
 
     def __init__(self, run_dir, keep=None):
@@ -61,9 +60,6 @@ class Checkpoints:
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=keep is not None, read_only=keep is None,
                                                lightweight_initialize=True)
         self.manager = ocp.CheckpointManager(os.path.abspath(self.folder), options=options)
-
-    def __enter__(self):
-        return self
 
     def __exit__(self, exc_type, *_):
         """Waits for the save in flight and closes the manager, so no orbax thread outlives it; a failed write
@@ -107,8 +103,7 @@ class Checkpoints:
 
     def meta(self, step) -> dict:
         """Checkpoint `step`'s record; ValueError, before orbax opens a file, where `not_written_by_orbax` says so."""
-        problem = not_written_by_orbax(os.path.join(self.folder, str(step)))
-        if problem:
+        if problem := not_written_by_orbax(os.path.join(self.folder, str(step))):
             raise ValueError(problem)
         return self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
 
@@ -209,14 +204,12 @@ def check_shapes(which, where, abstract_runner):
     """ConfigError naming the first array whose shape or dtype in checkpoint `where` differs from the agent state this
     version of the script makes. Compared before restoring, so an intact checkpoint is never called damaged."""
     try:
-        with ocp.StandardCheckpointer() as checkpointer:
-            stored = checkpointer.metadata(os.path.join(where, "runner")).item_metadata.tree
-        stored = ocp.tree.to_flat_dict(stored, sep=".")
+        with ocp.StandardCheckpointer() as checker:
+            stored = ocp.tree.to_flat_dict(checker.metadata(os.path.join(where, "runner")).item_metadata.tree, sep=".")
     except Exception:  # noqa: BLE001 - a damaged checkpoint: the restore reports it
         return
     for name, array in ocp.tree.to_flat_dict(without_empty(abstract_runner), sep=".").items():
-        held = stored.get(name)
-        if array is None or held is None:
+        if array is None or (held := stored.get(name)) is None:
             continue
         (have, had), (want, wanted) = ((tuple(a.shape), np.dtype(a.dtype)) for a in (held, array))
         if (have, had) != (want, wanted):
@@ -241,6 +234,5 @@ def with_empty(abstract, restored):
 
 def checksums(tree) -> list[int] | None:
     """CRC-32 of every array of `tree`, in leaf order; None with several processes (none holds them all)."""
-    if jax.process_count() > 1:
-        return None
-    return [zlib.crc32(np.ascontiguousarray(np.asarray(x)).view(np.uint8)) for x in jax.tree.leaves(tree)]
+    return None if jax.process_count() > 1 else [zlib.crc32(np.ascontiguousarray(np.asarray(x)).view(np.uint8))
+                                                 for x in jax.tree.leaves(tree)]

@@ -1,6 +1,5 @@
-"""`main`: a script's command line (read by `flags.parse_flags`), checked before anything compiles, then a new run
-trained, a run resumed (--resume) or evaluated (--eval: `evaluate`); every error a user can make ends here in its one
-line and exit code."""
+"""`main`: a script's command line (`flags.parse_flags`), checked before anything compiles, then a new run trained,
+a run resumed (--resume) or evaluated (--eval: `evaluate`); every user error ends here in its one line and exit code."""
 
 import logging
 import os

@@ -5,8 +5,7 @@ CPU, so a shared home never hands one machine a program compiled for another's i
 cache (which a kill mid-write leaves with a truncated entry every later run fails on), entries are written atomically,
 kept under `MAX_BYTES`, tied to this program (`FORMAT`, jax, jaxlib) and checked against a digest when read. The
 digest finds damage, not forgery: as ssh does with its keys, only folders this user owns and no one else can write
-are used, and only entries this user owns are read.
-"""
+are used, and only entries this user owns are read."""
 
 import contextlib
 import hashlib
@@ -106,9 +105,8 @@ class FileCache(CacheInterface):
 
 def start(flag: str | None) -> str | None:
     """Turns the cache on (before anything compiles) -> its directory; None when off or not usable (a note says why)."""
-    root = flag or os.environ.get("SCANRL_COMPILE_CACHE") or jax.config.jax_compilation_cache_dir
-    if not root:
-        root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "scanrl", "jax")
+    root = (flag or os.environ.get("SCANRL_COMPILE_CACHE") or jax.config.jax_compilation_cache_dir
+            or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "scanrl", "jax"))
     if root == "off":
         return None
     path = os.path.join(os.path.abspath(os.path.expanduser(root)), machine_tag())

@@ -69,11 +69,8 @@ def evaluate_run(algorithm, config, stop=None):
                           "before its first chunk ended: --resume it")
     runner, _, done = restored
     _, evaluation, _ = awake(compile_job, job, False)
-
-    def stopped(signum):
-        return RunStopped(f"{signum.name}: the evaluation stopped; nothing was written", 128 + signum, abandon=True)
-
-    returns = run_evaluation(evaluation, job, runner, stop, stopped, "the evaluation")
+    returns = run_evaluation(evaluation, job, runner, stop, lambda signum: RunStopped(
+        f"{signum.name}: the evaluation stopped; nothing was written", 128 + signum, abandon=True), "the evaluation")
     eval_keys = evaluation_keys(job.keys)
     indices = range(len(job.keys)) if config.seed_index is None else [config.seed_index]
     which = "sampled policy (actions drawn as in training)" if config.eval_sampled else "deterministic policy"

@@ -25,11 +25,9 @@ def replaced(path, mode="w", **kwargs):
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     for _ in range(100):
         temporary = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.tmp")
-        try:
+        with contextlib.suppress(FileExistsError):
             fd = os.open(temporary, flags, 0o666)
             break
-        except FileExistsError:
-            continue
     else:
         raise FileExistsError(errno.EEXIST, "no free temporary name", path)
     try:
@@ -83,18 +81,15 @@ def open_append(path, **kwargs):
     return os.fdopen(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC), "a", **kwargs)
 
 
-class RunLock:
+class RunLock(contextlib.AbstractContextManager):
     """The run directory's owner: an exclusive `flock` on <run dir>/.lock (holding the owner's pid) until `release`
     or the process's end (the kernel drops a dead process's lock). A second owner gets ConfigError naming the first's
     pid. The file is removed on release, so a taker checks that the file it locked is still the one at the name."""
 
     def __init__(self, run_dir, which):
         self.path = os.path.join(run_dir, LOCK_NAME)
-        try:  # only a run directory is locked (its config.json is written first): nothing is left in any other
-            is_run = stat.S_ISREG(os.lstat(os.path.join(run_dir, "config.json")).st_mode)
-        except OSError:
-            is_run = False
-        if not is_run:
+        config_json = os.path.join(run_dir, "config.json")  # written first: only a run directory is locked
+        if os.path.islink(config_json) or not os.path.isfile(config_json):  # nothing is left in any other
             raise ConfigError(f"{which}: {run_dir} is not a run directory (it has no config.json)")
         while True:
             try:  # O_NONBLOCK: a FIFO planted at the name is never waited on
@@ -115,12 +110,9 @@ class RunLock:
                 os.close(fd)
                 raise ConfigError(f"{which}: another process (pid {owner}) is training in {run_dir}; wait for it to "
                                   f"end or stop it, then --resume it") from None
-            try:
-                same = os.path.samestat(os.fstat(fd), os.stat(self.path, follow_symlinks=False))
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
+            with contextlib.suppress(FileNotFoundError):
+                if os.path.samestat(os.fstat(fd), os.stat(self.path, follow_symlinks=False)):
+                    break
             os.close(fd)  # the owner released (and removed) it between our open and our lock: take the new one
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
@@ -133,9 +125,6 @@ class RunLock:
             os.unlink(self.path)
         os.close(self.fd)  # closing drops the lock
         self.fd = None
-
-    def __enter__(self):
-        return self
 
     def __exit__(self, *exc):
         self.release()

@@ -2,8 +2,7 @@
 few `prepare_jax` needs: `early_flags`), `ConfigError`, and the checks of the shared flags and of `require`.
 
 A script's `Config` subclasses `Flags`, adds its algorithm's fields and redefines `env`, `total_timesteps` and
-`log_every` with its own defaults; tyro turns every field into a flag of the same name (`num_seeds`: `--num-seeds`).
-"""
+`log_every` with its own defaults; tyro turns every field into a flag of the same name (`num_seeds`: `--num-seeds`)."""
 
 import contextlib
 import dataclasses
@@ -133,18 +132,15 @@ def given_fields(algorithm, argv) -> set[str]:
     return given
 
 
-# The flags read before JAX makes its backend (`prepare_jax`): --help, and a multi-process run's, which must join first.
-EARLY_FLAGS = ("help", "coordinator_address", "num_processes", "process_id", "distributed_timeout")
-
-
 def early_flags(argv) -> dict:
-    """The EARLY_FLAGS `argv` names, as tyro reads them (`--process-id 1`, `--process-id=1`, `--process_id 1`), each
-    with its value as a string ("" for --help), unchecked: the config check names a bad value later."""
+    """The flags read before JAX makes its backend (`prepare_jax`) that `argv` names: --help, and a multi-process run's,
+    which must join first; as tyro reads them (`--process-id 1`, `--process-id=1`, `--process_id 1`), each with its
+    value as a string ("" for --help), unchecked: the config check names a bad value later."""
     found = {}
     for i, arg in enumerate(argv):
         name, eq, value = arg.partition("=")
         key = "help" if name == "-h" else name[2:].replace("-", "_") if name.startswith("--") else None
-        if key in EARLY_FLAGS:
+        if key in ("help", "coordinator_address", "num_processes", "process_id", "distributed_timeout"):
             found[key] = value if eq or key == "help" else (argv[i + 1] if i + 1 < len(argv) else "")
     return found
 
@@ -197,13 +193,6 @@ def require(config, positive=(), unit=(), nonnegative=()):
                 raise ConfigError(f"{flag(name)} must {where}, got {getattr(config, name)}")
 
 
-def require_count(value, what, lower):
-    """ConfigError unless a count that a compiled program holds as int32 fits in one; `lower`: what to lower."""
-    if value > MAX_COUNT:
-        raise ConfigError(f"{what}: {value:,} is more than the {MAX_COUNT:,} (2**31 - 1) the compiled program can "
-                          f"count; lower {lower}")
-
-
 def field_values(config, kind):
     """(field name, the value as given, one number of it) for every number of type `kind` in `config`'s fields: a
     field's value, each number of a tuple field (--hidden-sizes), an `int | None` field when set; never a bool."""
@@ -214,14 +203,14 @@ def field_values(config, kind):
                 yield field.name, value, item
 
 
-def require_finite(config, prefix=""):
+def require_finite(config):
     """ConfigError unless every float field is finite in float32, the programs' precision (NaN and inf slip through
-    range checks; 1e40 is inf in float32). `prefix`: what goes before the flag, e.g. the sweep point."""
+    range checks; 1e40 is inf in float32)."""
     for name, _, value in field_values(config, float):
         if not abs(value) <= FLOAT32_MAX:
             why = "" if not math.isfinite(value) else (f", which is infinite in float32 (the programs compute in "
                                                        f"float32: at most {FLOAT32_MAX:.3g} in size)")
-            raise ConfigError(f"{prefix}{flag(name)} must be a finite number, got {value}{why}")
+            raise ConfigError(f"{flag(name)} must be a finite number, got {value}{why}")
 
 
 def require_int32(config):

@@ -4,8 +4,7 @@
 - The compilation cache's store: JAX has a public switch for its cache but none for how entries are stored.
 - The coordination service's key-value store of a multi-process run: heartbeats and arrival marks (processes.py).
 - Whether a program's output depends on an input (a swept field, program.py): JAX's dead-code removal, which `jax.jit`
-  runs before it drops the inputs no output depends on, says which those are; no public API does.
-"""
+  runs before it drops the inputs no output depends on, says which those are; no public API does."""
 
 import jax
 from jax._src import compilation_cache as _compilation_cache

@@ -33,16 +33,13 @@ def compile_job(job, training=True) -> tuple:
     before anything is allocated. Tracing the training gives `job.metric_keys`."""
     start = time.perf_counter()
     try:
-        compiled = None
-        if training:
-            compiled = job.segment.lower(job.abstract_runner, jax.ShapeDtypeStruct((), jnp.int32), job.swept).compile()
+        count = jax.ShapeDtypeStruct((), jnp.int32)  # a piece's first iteration, an evaluation piece's last step
+        compiled = job.segment.lower(job.abstract_runner, count, job.swept).compile() if training else None
         keys = jax.ShapeDtypeStruct(job.keys.shape, job.keys.dtype, sharding=job.sharding)
         begin, steps = job.evaluate
         begin = begin.lower(keys, job.abstract_runner, job.swept).compile()
-        carry = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=job.sharding),
-                             begin.out_info)
-        evaluation = (begin, steps.lower(keys, job.abstract_runner, job.swept, carry,
-                                         jax.ShapeDtypeStruct((), jnp.int32)).compile())
+        carry = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=job.sharding), begin.out_info)
+        evaluation = (begin, steps.lower(keys, job.abstract_runner, job.swept, carry, count).compile())
     except Exception as error:
         failure = error if isinstance(error, ConfigError) else stops.env_failure(job.config, error)
         failure = failure or stops.overflow_failure(job.algorithm, job.config, error)
@@ -67,8 +64,7 @@ def compile_run(job, run_dir, stop):
         run_dir.give_up()
         raise
     stop.doing = doing
-    signum = any_process(stop.signal or 0)
-    if signum:  # nothing trained yet, nothing to wait for
+    if signum := any_process(stop.signal or 0):  # nothing trained yet, nothing to wait for
         resume = job.config.resume is not None
         raise stops.RunStopped(f"{signal.Signals(signum).name}: stopped while compiling, before any training: nothing "
                                f"was trained{' further' if resume else ''}; {'continue' if resume else 'start it'} "
@@ -185,8 +181,7 @@ def train_run(job, compiled, run_dir, tracking, stop):
                 run_dir.open_metrics(job.metric_keys, history)
             progress.start, progress.last = time.perf_counter(), job.num_iterations - 1
             progress.start_steps = int(history["env_steps"][0, done - 1]) if done else 0
-            runner, history = train_chunks(job, compiled, runner, history, done, checkpoints, run_dir, progress,
-                                           stop)
+            runner, history = train_chunks(job, compiled, runner, history, done, checkpoints, run_dir, progress, stop)
     except BaseException as error:
         tracking.finish(exit_code=1)
         if isinstance(error, OSError):  # metrics.csv or a checkpoint could not be written
@@ -231,8 +226,7 @@ def train_chunks(job, compiled, runner, history, done, checkpoints, run_dir, pro
             runner, metrics, reached = run_pieces(compiled, job, runner, done, end, progress if job.lead else None,
                                                   stop, deadline)
         write_pending()
-        diverged = bool(metrics["nonfinite"].any())
-        if diverged:
+        if diverged := bool(metrics["nonfinite"].any()):
             if job.lead:  # the diverged rows, to see where; --resume would go on from the last checkpoint
                 run_dir.append_metrics(done, metrics)
             check_divergence(job, history, metrics, done)

@@ -1,6 +1,7 @@
 """The memory check, before anything is allocated: the agents' state (from shapes) and the compiled programs'
 needs (XLA's memory analysis) against what the device, the host or its cgroup has left."""
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -17,11 +18,8 @@ def available_memory(device) -> tuple[int | None, str]:
     if stats and "bytes_limit" in stats:
         return stats["bytes_limit"] - stats.get("bytes_in_use", 0), f"{device.platform} device {device.id}"
     known = [cgroup_memory_left()]  # a container's limit may be far below the host's memory
-    try:
-        with open("/proc/meminfo") as f:
-            known += [int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")]
-    except (OSError, ValueError, IndexError):
-        pass
+    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/meminfo") as f:
+        known += [int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")]
     return min((b for b in known if b is not None), default=None), "this host"
 
 
@@ -30,14 +28,12 @@ def cgroup_memory_left(root="/sys/fs/cgroup") -> int | None:
     limit (v2's "max", v1's page-rounded 2**63) or a cgroup file to read."""
     for limit_file, usage_file in (("memory.max", "memory.current"),
                                    ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes")):
-        try:
+        with contextlib.suppress(OSError, ValueError):
             with open(os.path.join(root, limit_file)) as f, open(os.path.join(root, usage_file)) as g:
                 limit, usage = f.read().strip(), g.read().strip()
             if limit == "max" or int(limit) >= 2**62:
                 return None
             return max(0, int(limit) - int(usage))
-        except (OSError, ValueError):
-            continue
     return None
 
 
@@ -48,22 +44,16 @@ def abstract_state(config, init, *args):
     try:
         return jax.eval_shape(init, *args)
     except (TypeError, ValueError, OverflowError) as error:
-        if not beyond_int64(error):
+        # A size past int64 in it or an error it came from: Python's own overflow of a C integer, or a number of 2**63
+        # or more in the message (JAX's shape checks give such a shape as floats).
+        cause = error
+        while cause is not None and "too large to convert to C" not in str(cause) and all(
+                float(number) < 2**63 - 1 for number in re.findall(r"\d+(?:\.\d+)?(?:e\+\d+)?", str(cause))):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None:
             raise
         raise ConfigError(f"the agents' state holds an array of 2**63 elements or more, past what XLA can index (and "
                           f"what any memory holds): lower {size_flags(config)}") from None
-
-
-def beyond_int64(error) -> bool:
-    """Whether `error` (or an error it was raised from) is a size past int64: Python's own overflow of a C integer,
-    or a number of 2**63 or more in the message (JAX's shape checks give such a shape as floats)."""
-    while error is not None:
-        message = str(error)
-        if "too large to convert to C" in message or any(
-                float(number) >= 2**63 - 1 for number in re.findall(r"\d+(?:\.\d+)?(?:e\+\d+)?", message)):
-            return True
-        error = error.__cause__ or error.__context__
-    return False
 
 
 def check_memory(config, state_bytes, programs=None, host_bytes=0, evaluation=None, agents=None):

@@ -73,8 +73,7 @@ def _plot_carried(ax, steps, carried, num_agents, label="", color=None, full=Tru
         ax.fill_between(x, np.maximum(mean - half, low), np.minimum(mean + half, high), color=line.get_color(),
                         alpha=0.3, step="post", label=f"{label}95% interval of the mean" if full else None)
         if full:
-            ax.fill_between(x, low, high, color=line.get_color(), alpha=0.1, step="post",
-                            label="min to max over seeds")
+            ax.fill_between(x, low, high, color=line.get_color(), alpha=0.1, step="post", label="min to max over seeds")
 
 
 def _no_episodes(ax, steps):
@@ -102,8 +101,7 @@ def plot_learning_curve(path, metrics, title, ylim=None):
         ax.legend(loc="best", fontsize=8)
     if ylim is not None:
         ax.set_ylim(*ylim)
-    ax.set_ylabel("episode return")
-    ax.set_title(title)
+    ax.set(ylabel="episode return", title=title)
     if with_length:
         _plot_carried(axes[1, 0], steps, lengths, len(metrics["episode_return"]))
         axes[1, 0].set_ylabel("episode length")
@@ -126,7 +124,6 @@ def plot_sweep(path, steps, curves, labels, title, num_seeds):
     if all(c is None for c in curves):
         _no_episodes(ax, steps)
     ax.set_xlabel(f"env steps per agent ({CARRIED_NOTE}; bands: 95% interval of the mean)", fontsize=8)
-    ax.set_ylabel("episode return")
-    ax.set_title(title)
+    ax.set(ylabel="episode return", title=title)
     ax.legend(loc="best", fontsize=7)
     return save_figure(fig, path)

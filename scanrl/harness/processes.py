@@ -47,8 +47,7 @@ def start_processes(argv=None):
     watchdog.daemon = True
     watchdog.start()
     try:
-        jax.distributed.initialize(address, num_processes, process_id,
-                                   initialization_timeout=timeout + 30)
+        jax.distributed.initialize(address, num_processes, process_id, initialization_timeout=timeout + 30)
     finally:
         watchdog.cancel()
     PEERS.update(timeout=timeout, process_id=process_id, num_processes=num_processes)
@@ -68,10 +67,9 @@ def _beat(process_id, every):
 
 def _read(client, key):
     """A key's value in the coordination service's key-value store; None where it is not there."""
-    try:
+    with contextlib.suppress(Exception):
         return client.key_value_try_get(key)
-    except Exception:
-        return None
+    return None
 
 
 @contextlib.contextmanager
@@ -92,8 +90,7 @@ def peers_within_timeout(what):
             if _read(client, f"scanrl/{number}/{me}") is None:  # not even its own mark: the store went with process 0
                 exit_for_lost_peers(what, [0], "the coordinator does not answer")
             for p in range(count):
-                beat = _read(client, f"scanrl/alive/{p}")
-                if beat != beats.get(p):
+                if (beat := _read(client, f"scanrl/alive/{p}")) != beats.get(p):
                     beats[p], since[p] = beat, now
             dead = [p for p in range(count) if now - since[p] >= timeout]
             late = [p for p in range(count) if _read(client, f"scanrl/{number}/{p}") is None] \

@@ -16,7 +16,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from scanrl.harness import jax_private
 from scanrl.harness.agents import choose_devices, over_agents, to_agents
-from scanrl.harness.flags import ConfigError, flag, point_label, require_count
+from scanrl.harness.flags import MAX_COUNT, ConfigError, flag, point_label
 from scanrl.harness.memory import abstract_state, check_memory
 from scanrl.harness.metrics import plural
 
@@ -31,10 +31,8 @@ def agent_parts(algorithm, config):
     base = (config, *algorithm.make_train_parts(config))
 
     def parts(swept):
-        if not swept:
-            return base
         agent_config = dataclasses.replace(config, **swept)
-        return (agent_config, *algorithm.make_train_parts(agent_config))
+        return (agent_config, *algorithm.make_train_parts(agent_config)) if swept else base
 
     return parts
 
@@ -97,8 +95,9 @@ def dtype_of(config, name):
     return np.int32 if isinstance(getattr(config, name), int) else np.float32
 
 
-def fields_read(algorithm, config, parts, names) -> dict:
-    """{field: whether the program reads it} for `names` swept together: init, two iterations and evaluation traced."""
+def fields_read_each(algorithm, config, parts, names) -> dict:
+    """{field: whether the program (init, two iterations, evaluation) reads it, or the error tracing it alone raised}:
+    `names` traced together, once; where that fails, each half apart, down to the fields that fail."""
     key = jax.random.PRNGKey(0)
 
     def program(values):
@@ -106,15 +105,9 @@ def fields_read(algorithm, config, parts, names) -> dict:
         runner, metrics = jax.lax.scan(lambda runner, _: update(runner), init(key), None, 2)
         return metrics, make_evaluate(algorithm, agent_config).returns(key, runner)
 
-    shapes = {name: jax.ShapeDtypeStruct((), dtype_of(config, name)) for name in names}
-    return dict(zip(sorted(names), jax_private.inputs_read(program, shapes), strict=True))  # a dict's leaves: sorted
-
-
-def fields_read_each(algorithm, config, parts, names) -> dict:
-    """{field: whether the program reads it, or the error tracing it alone raised (it sets a shape, a loop length or a
-    Python branch)}: `names` traced together, once; where that fails, each half apart, down to the fields that fail."""
     try:
-        return fields_read(algorithm, config, parts, names) if names else {}
+        shapes = {name: jax.ShapeDtypeStruct((), dtype_of(config, name)) for name in names}  # leaves: keys sorted
+        return dict(zip(sorted(names), jax_private.inputs_read(program, shapes), strict=True)) if names else {}
     except Exception as error:
         if len(names) == 1:
             return {names[0]: error}
@@ -240,7 +233,9 @@ def plan(algorithm, config, points, sampled=False) -> Job:
     split over the devices (shard_map), swept values as arrays. ConfigError, before anything per agent is made, for a
     swept field the program cannot take, or agents whose state alone outgrows memory. `sampled`: --eval-sampled."""
     num_agents = config.num_seeds * len(points)
-    require_count(num_agents, "agents (--num-seeds x sweep points)", flag("num_seeds"))
+    if num_agents > MAX_COUNT:  # the programs hold counts as int32
+        raise ConfigError(f"agents (--num-seeds x sweep points): {num_agents:,} is more than the {MAX_COUNT:,} "
+                          "(2**31 - 1) the compiled program can count; lower --num-seeds")
     parts = agent_parts(algorithm, config)
     check_swept(algorithm, config, points[0], parts)
     abstract = abstract_state(config, jax.vmap(lambda key, values: parts(values)[1](key)),
@@ -257,7 +252,6 @@ def plan(algorithm, config, points, sampled=False) -> Job:
     mesh = Mesh(np.array(devices), ("agents",))
     sharding = NamedSharding(mesh, PartitionSpec("agents"))
     abstract_runner = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), abstract)
-    structure = jax.tree.structure(abstract_runner)
     num_iterations = algorithm.num_iterations(config)
     length = piece_length(num_iterations, config)
     ends = None
@@ -281,7 +275,7 @@ def plan(algorithm, config, points, sampled=False) -> Job:
             return runner, {"env_steps": (i + 1) * steps, **metrics, "nonfinite": ~learned_finite(runner)}
 
         runner, rows = jax.lax.scan(iteration, runner, start + jnp.arange(length, dtype=jnp.int32))
-        return jax.tree.unflatten(structure, jax.tree.leaves(runner)), rows
+        return jax.tree.unflatten(jax.tree.structure(abstract_runner), jax.tree.leaves(runner)), rows
 
     def evaluation(swept):
         return make_evaluate(algorithm, parts(swept)[0], sampled)

@@ -32,8 +32,7 @@ def read_run_config(algorithm, run_dir, which, command_env=None) -> dict:
     try:
         with open(path) as f:
             saved = json.load(f)
-        name = saved.pop("algo")
-        if not isinstance(name, str):
+        if not isinstance(name := saved.pop("algo"), str):
             raise TypeError
         name = shown(name)
     except (OSError, ValueError, KeyError, AttributeError, TypeError):
@@ -50,8 +49,7 @@ def read_run_config(algorithm, run_dir, which, command_env=None) -> dict:
                    "with ppo_rnn.py --cell gtrxl")
         raise ConfigError(f"{which}: {run_dir} is a run of {name} ({name}.py), not of {algorithm.name} "
                           f"({algorithm.script}); {use}")
-    unknown = sorted(set(saved) - {f.name for f in dataclasses.fields(algorithm.config)})
-    if unknown:
+    if unknown := sorted(set(saved) - {f.name for f in dataclasses.fields(algorithm.config)}):
         raise ConfigError(f"{which}: {path} has fields {algorithm.script} does not know ({', '.join(unknown)}): it "
                           f"was written by another version of {algorithm.name}; use that version")
     for key, value in ADDED_FIELDS.get(algorithm.name, {}).items():
@@ -153,13 +151,11 @@ def resumed_config(algorithm, config, named=(), trained=None):
     passed = {k: v for k, v in given.items() if k in named}
     run = {**saved, **trained_fields(algorithm, "--resume", config.resume, saved, trained, passed)}
     results = [f.name for f in dataclasses.fields(algorithm.config) if f.name not in LOGGING_FLAGS]
-    missing = [k for k in results if k not in run and k not in named]
-    if missing:
+    if missing := [k for k in results if k not in run and k not in named]:
         raise ConfigError(f"--resume: {os.path.join(config.resume, 'config.json')} has no {', '.join(missing)} "
                           "(edited or damaged) and the run has no checkpoint that records it; put the run's value "
                           f"back, or pass {flag(missing[0])}")
-    changed = [k for k in run if k not in LOGGING_FLAGS and k in chosen and given[k] != run[k]]
-    if changed:
+    if changed := [k for k in run if k not in LOGGING_FLAGS and k in chosen and given[k] != run[k]]:
         flags = ", ".join(f"{flag(k)} {shown(given[k])} (run: {shown(run[k])})" for k in changed)
         raise ConfigError(f"--resume: {flags} would change the run's results; drop it to resume, or start a new run")
     overrides = {k: getattr(config, k) for k in LOGGING_FLAGS if k in chosen}
@@ -194,21 +190,18 @@ def require_checkpoint_folder(run_dir, which) -> str:
 
 
 def require_checkpoints_for_progress(run_dir, script):
-    """--resume: ConfigError where metrics.csv (the run's or a sweep point's) records iterations but checkpoints/
-    holds none to go on from: starting again would replace them. A run killed before its first checkpoint recorded
-    no rows either, and starts again."""
+    """--resume: ConfigError where metrics.csv (the run's or a point's) records iterations but checkpoints/ holds none:
+    starting again would replace them. A run killed before its first checkpoint has no rows either: it starts again."""
     folder = require_checkpoint_folder(run_dir, "--resume")
     if os.path.isdir(folder) and any(name.isdigit() for name in os.listdir(folder)):
         return
     done = 0
     for point in ["", *(d for d in os.listdir(run_dir) if "=" in d)]:
-        try:
+        with contextlib.suppress(OSError, UnicodeDecodeError, csv.Error):
             with open_regular(os.path.join(run_dir, point, "metrics.csv"), newline="") as f:  # a FIFO: no rows
                 for row in csv.reader(f):  # row by row: the rows before a damaged one still count
                     if len(row) > 1 and row[1].isdigit():
                         done = max(done, int(row[1]))
-        except (OSError, UnicodeDecodeError, csv.Error):
-            continue
     if done:
         missing = "holds no checkpoint" if os.path.isdir(folder) else "is missing"
         raise ConfigError(f"--resume: {folder} {missing}, but metrics.csv records {done} iterations: starting again "

@@ -1,6 +1,5 @@
-"""The run directory: <out-dir>/<run-name>/ claimed by a new run (config.json written first, exclusively) or taken
-over by --resume, owned (`files.RunLock`) until the run ends; its sweep points' folders and metrics.csv files. Only
-process 0 writes."""
+"""The run directory, written by process 0 only: <out-dir>/<run-name>/ claimed by a new run (config.json written first,
+exclusively) or taken over by --resume, owned (`files.RunLock`) to the run's end; its points' folders, metrics.csv."""
 
 import csv
 import dataclasses
@@ -48,7 +47,6 @@ class RunDirectory:
         self.point_dirs = [os.path.join(self.path, label) if self.sweep else self.path for label in self.labels]
 
     def release(self):
-        """Gives up the run directory (the end of the run)."""
         if self.lock is not None:
             self.lock.release()
 
@@ -141,14 +139,10 @@ def write_json(path, value):
 
 def json_safe(value):
     """`value` with every non-finite float (numpy's too) as None, numpy scalars as Python numbers, arrays as lists."""
-    if isinstance(value, np.ndarray):
+    if isinstance(value, np.ndarray | np.generic):
         value = value.tolist()
     if isinstance(value, dict):
         return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [json_safe(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not np.isfinite(value):
-        return None
-    return value
+    return None if isinstance(value, float) and not np.isfinite(value) else value

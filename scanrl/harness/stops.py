@@ -1,6 +1,5 @@
-"""Stopping a run where a chunk ends: on Ctrl-C or SIGTERM, and when training produced a NaN or an infinity; and the
-one line for what stops a run before or while it runs (a count over int32, the user's own env, a failed write, a host
-callback)."""
+"""Stopping a run where a chunk ends: on Ctrl-C or SIGTERM, or a NaN or an infinity in training; and the one line for
+what stops a run before or while it runs (a count over int32, the user's own env, a failed write, a host callback)."""
 
 import dataclasses
 import errno
@@ -144,5 +143,4 @@ def env_failure(config, error) -> ConfigError | None:
     """ConfigError (one line: the file and line) for an error the user's own env raised while a program was made."""
     from scanrl import envs
 
-    line = envs.user_env_failure(config.env, error)
-    return None if line is None else ConfigError(line)
+    return None if (line := envs.user_env_failure(config.env, error)) is None else ConfigError(line)

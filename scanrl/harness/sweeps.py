@@ -1,6 +1,5 @@
-"""--sweep: its grid of points, their names, the checks of each point's values, and each point's rows (agents are
-point-major: `program.plan`). That a swept field can take one value per agent is checked on the program
-(`program.check_swept`)."""
+"""--sweep: its grid of points and the checks of each point's values (agents are point-major: `program.plan`). That a
+swept field can take one value per agent is checked on the program (`program.check_swept`)."""
 
 import dataclasses
 import itertools
@@ -10,8 +9,7 @@ from scanrl.harness.flags import MAX_COUNT, ConfigError, Flags, flag, point_labe
 
 def sweepable_fields(config) -> tuple[str, ...]:
     """The script's own numeric fields, not the shared flags nor booleans; `check_swept` tells which can vary."""
-    shared = {f.name for f in dataclasses.fields(Flags)}
-    return tuple(f.name for f in dataclasses.fields(config) if f.name not in shared
+    return tuple(f.name for f in dataclasses.fields(config) if f.name not in Flags.__dataclass_fields__
                  and type(getattr(config, f.name)) in (int, float))
 
 

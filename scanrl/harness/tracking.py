@@ -46,16 +46,14 @@ class Tracking:
                       "local files only", file=sys.stderr)
                 self.runs.append(None)
 
-    def tracked(self) -> list[int]:
-        """The sweep points with a wandb run."""
+    def tracked(self) -> list[int]:  # the sweep points with a wandb run
         return [p for p, run in enumerate(self.runs) if run is not None]
 
     def log(self, p, metrics, step):
         safe_wandb(self.runs[p].log, metrics, step=step)
 
     def finish(self, summaries=None, images=None, exit_code=0):
-        """Ends every point's run: with its summary and images (logged at its last env step, where its last metrics
-        are) after a finished run."""
+        """Ends every point's run (a finished run's with its summary and images, logged at its last env step)."""
         if not self.tracked():
             return
         import wandb
