@@ -1,6 +1,8 @@
-"""A td3.py or sac.py run on `brax/halfcheetah:mjx`, its final deterministic actors played on gymnasium's MuJoCo
-HalfCheetah-v5, the simulator of the MuJoCo tables (SpinningUp, SB3, CleanRL): whether a return earned on Brax's model
-(the same bodies, gears and timestep; 4 solver iterations, and shins that never touch the floor) is worth as much there.
+"""A run of td3.py, sac.py, ppo.py or reinforce.py on `brax/halfcheetah:mjx`, its final deterministic policies played
+on gymnasium's MuJoCo HalfCheetah-v5 (fed observations normalised with training's frozen statistics, actions clipped
+to [-1, 1], as scanrl's env stack does), the simulator of the MuJoCo tables (SpinningUp, SB3, CleanRL): whether a
+return earned on Brax's model (the same bodies, gears and timestep; 4 solver iterations, and shins that never touch
+the floor) is worth as much there.
 
     python benchmarks/studies/halfcheetah_on_mujoco.py td3.py runs/learning/halfcheetah/td3-halfcheetah-100k
 
@@ -21,6 +23,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import tyro  # noqa: E402
 
+from scanrl import envs  # noqa: E402
 from scanrl.harness.resume import read_run_config  # noqa: E402
 from scanrl.tools.contract import load_script, restored_runner  # noqa: E402
 
@@ -28,7 +31,7 @@ from scanrl.tools.contract import load_script, restored_runner  # noqa: E402
 @dataclass(frozen=True)
 class Args:
     script: tyro.conf.Positional[str]
-    """td3.py or sac.py"""
+    """td3.py, sac.py, ppo.py or reinforce.py"""
     run_dir: tyro.conf.Positional[str]
     """a finished run of it on brax/halfcheetah (any backend)"""
     episodes: int = 10
@@ -40,7 +43,12 @@ def main(args: Args):
     config = module.ALGORITHM.config(**read_run_config(module.ALGORITHM, args.run_dir, "run_dir"))
     _, runner = restored_runner(module, config, args.run_dir)
     brax = json.load(open(os.path.join(args.run_dir, "summary.json")))["eval_return"]
-    act = jax.jit(lambda runner, obs: module.ALGORITHM.policy(config, runner)(obs))
+
+    @jax.jit
+    def act(runner, obs):
+        policy = envs.normalized_policy(module.ALGORITHM.policy(config, runner), runner)
+        return jnp.clip(policy.step(policy.initial_carry(1), obs, jnp.ones(1, bool))[1], -1.0, 1.0)
+
     env = gym.make("HalfCheetah-v5")
     means = []
     for agent in range(config.num_seeds):

@@ -12,7 +12,7 @@ from scanrl.harness.checkpoints import Checkpoints
 from scanrl.harness.flags import ConfigError, check_env, check_flags, check_paths, require_int32
 from scanrl.harness.loop import awake, compile_job, run_evaluation
 from scanrl.harness.program import eval_policy, evaluation_keys, plan
-from scanrl.harness.resume import read_run_config, require_checkpoint_folder, trained_config, trained_fields
+from scanrl.harness.resume import read_run_config, require_checkpoint_folder
 from scanrl.harness.stops import RunStopped
 from scanrl.harness.sweeps import sweep_points
 
@@ -27,8 +27,7 @@ def eval_config(algorithm, config):
     if config.eval_sampled and not algorithm.samples:
         raise ConfigError(f"--eval-sampled: {algorithm.name}'s policy is deterministic (its evaluation acts as it "
                           "does); drop --eval-sampled")
-    saved = read_run_config(algorithm, config.eval, "--eval", config.env)
-    trained_fields(algorithm, "--eval", config.eval, saved, trained_config(config.eval))
+    saved = read_run_config(algorithm, config.eval, "--eval", config.env, held=True)
     episodes = saved["eval_episodes"] if config.eval_episodes == algorithm.config().eval_episodes else \
         config.eval_episodes
     # Evaluated on the devices this process has: an agent's returns do not depend on how the agents are split.

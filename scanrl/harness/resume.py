@@ -22,10 +22,11 @@ from scanrl.harness.flags import LOGGING_FLAGS, ConfigError, escaped, flag
 ADDED_FIELDS = {"ppo_rnn": {"cell": "gru", "memory_length": 32, "num_heads": 4}, "dqn_tabular_q": {"optimizer": "adam"}}
 
 
-def read_run_config(algorithm, run_dir, which, command_env=None) -> dict:
+def read_run_config(algorithm, run_dir, which, command_env=None, held=False) -> dict:
     """The config.json of one of this script's run directories, as Config fields; ConfigError otherwise. `which`:
     the flag that named the directory; `command_env`: the --env of this command line, which must name a run's own
-    env (`--env module:name`) too: a run directory's config.json never makes scanrl import code."""
+    env (`--env module:name`) too: a run directory's config.json never makes scanrl import code; `held` (--eval):
+    also ConfigError where it disagrees with the config its newest checkpoint was trained with (`trained_fields`)."""
     path = os.path.join(run_dir, "config.json")
     if not os.path.isdir(run_dir):
         raise ConfigError(f"{which}: no run directory {run_dir}")
@@ -70,6 +71,8 @@ def read_run_config(algorithm, run_dir, which, command_env=None) -> dict:
         command = shlex.join(["python", algorithm.script, which, run_dir, "--env", env_id])
         raise ConfigError(f"{which}: {run_dir} trained on {env_id}, which imports {reference[0]}; scanrl imports "
                           f"code only when your own command line names it: {command}")
+    if held:
+        trained_fields(algorithm, which, run_dir, saved, trained_config(run_dir))
     return {k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()}  # JSON has no tuples
 
 
