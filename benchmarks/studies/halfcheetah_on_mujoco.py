@@ -40,7 +40,9 @@ class Args:
 
 def main(args: Args):
     module = load_script(args.script)
-    config = module.ALGORITHM.config(**read_run_config(module.ALGORITHM, args.run_dir, "run_dir"))
+    # on the devices this process has, as --eval does: an agent's state does not depend on how the agents were split
+    config = module.ALGORITHM.config(**{**read_run_config(module.ALGORITHM, args.run_dir, "run_dir"),
+                                        "num_devices": None})
     _, runner = restored_runner(module, config, args.run_dir)
     brax = json.load(open(os.path.join(args.run_dir, "summary.json")))["eval_return"]
 
