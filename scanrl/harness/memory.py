@@ -44,16 +44,22 @@ def abstract_state(config, init, *args):
     try:
         return jax.eval_shape(init, *args)
     except (TypeError, ValueError, OverflowError) as error:
-        # A size past int64 in it or an error it came from: Python's own overflow of a C integer, or a number of 2**63
-        # or more in the message (JAX's shape checks give such a shape as floats).
-        cause = error
-        while cause is not None and "too large to convert to C" not in str(cause) and all(
-                float(number) < 2**63 - 1 for number in re.findall(r"\d+(?:\.\d+)?(?:e\+\d+)?", str(cause))):
-            cause = cause.__cause__ or cause.__context__
-        if cause is None:
+        if not beyond_int64(error):
             raise
         raise ConfigError(f"the agents' state holds an array of 2**63 elements or more, past what XLA can index (and "
                           f"what any memory holds): lower {size_flags(config)}") from None
+
+
+def beyond_int64(error) -> bool:
+    """Whether `error` (or an error it was raised from) is a size past int64: Python's own overflow of a C integer,
+    or a number of 2**63 or more in the message (JAX's shape checks give such a shape as floats)."""
+    while error is not None:
+        message = str(error)
+        if "too large to convert to C" in message or any(
+                float(number) >= 2**63 - 1 for number in re.findall(r"\d+(?:\.\d+)?(?:e\+\d+)?", message)):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def check_memory(config, state_bytes, programs=None, host_bytes=0, evaluation=None, agents=None):
