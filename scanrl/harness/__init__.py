@@ -1,15 +1,12 @@
 """The harness of scanrl: everything around an algorithm, written once.
 
-A script holds one algorithm (its `Config`, networks, `make_train_parts(config) -> (init, update)`, deterministic
-policy and the checks that belong to it) and hands it over as an `Algorithm` to `harness.main`, which does the rest.
-A script meets five names of it: `prepare_jax`, `Flags`, `require`, `Algorithm`, `main` (its `validate` raises
-`ValueError`).
+A script holds one algorithm (its `Config`, networks, `make_train_parts(config) -> (init, update)`, deterministic policy
+and the checks that belong to it) and hands it over as an `Algorithm` to `harness.main`, which does the rest. A script
+meets five names of it: `prepare_jax`, `Flags`, `require`, `Algorithm`, `main` (its `validate` raises `ValueError`).
 
-The modules, each one concern, listed so that a module imports only those above it (a run enters at cli.py and
-follows train.py's sequence: plan, run directory, compile, chunks, evaluation, summaries):
+The modules, one concern each, a module importing only those above it (a run enters at cli.py and follows train.py):
 
-    flags.py        the command line: `Flags` (the flags every script shares) read by tyro (and the few read before
-                    JAX starts), `ConfigError`, `require`, the flag checks, a field's and a sweep point's names
+    flags.py        the command line: the shared `Flags` read by tyro, `ConfigError`, `require`, the flag checks
     algorithm.py    `Algorithm`: what the harness knows of an algorithm
     files.py        the one way a file is written in a run directory (never through a link), and its lock
     tracking.py     wandb, all of it: a run per sweep point, its live metrics, its summary
@@ -21,18 +18,15 @@ follows train.py's sequence: plan, run directory, compile, chunks, evaluation, s
     agents.py       the devices agents are split over, programs over them, and the collectives of a run
     memory.py       the memory check, from shapes then from compiled programs, before anything is allocated
     checkpoints.py  orbax checkpoints of every agent's whole state, checked before and on restore
-    resume.py       --resume, all of it: config.json read back and held to its checkpoint's (before anything
-                    compiles), then the run restored from its newest readable checkpoint
+    resume.py       --resume, all of it: config.json read back, held to its checkpoint's, then the run restored from it
     sweeps.py       --sweep: its points and the checks of each point's values
     metrics.py      metrics.csv and the progress lines
-    program.py      one agent's program, made once per run (`plan` -> `Job`): parts, keys, init, training piece,
-                    evaluation, finite check, swept fields traced
+    program.py      one agent's programs, made once per run (`plan` -> `Job`): training, evaluation, swept fields traced
     plots.py        learning_curve.png and a sweep's learning_curves.png
     rundir.py       the run directory: claimed or taken over, owned (the lock), its points' folders
-    loop.py         the compiled run: compiled (memory check), then one chunk loop (pieces, checkpoint, divergence,
-                    stop), and evaluations in pieces
+    loop.py         the compiled run: its memory check, one chunk loop (checkpoint, divergence, stop), evaluations
     summaries.py    the end of a run: its report, summary.json, plots, outputs, a sweep's ranking
-    train.py        a new or resumed run along that path: plan, run directory, compile, chunks, evaluation, summaries
+    train.py        a new or resumed run, along its path: plan, run directory, compile, chunks, evaluation, summaries
     evaluate.py     --eval: a saved run's config checked, its checkpoint restored, its evaluation run (plan, loop)
     cli.py          `main`: the command line checked, then training, --resume or --eval
 
@@ -134,10 +128,8 @@ def print_help(script):
             tree = ast.parse(f.read(), script.__file__)
         light = [node for node in tree.body if isinstance(node, ast.Import | ast.ImportFrom) and all(
             any(n == m or n.startswith(m + ".") for m in cheap) for n in imported(node))]
-        config = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Config"]
-        if len(config) != 1:
-            return
-        exec(compile(ast.Module(body=light + config, type_ignores=[]), script.__file__, "exec"), vars(script))
-    except Exception:  # the Config needs the rest of the script
+        (config,) = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Config"]
+        exec(compile(ast.Module(body=[*light, config], type_ignores=[]), script.__file__, "exec"), vars(script))
+    except Exception:  # not one Config, or it needs the rest of the script
         return
     tyro.cli(script.Config, description=description(script.__doc__))

@@ -81,8 +81,7 @@ class Algorithm:
             raise error if isinstance(error, ConfigError) else ConfigError(str(error)) from None
 
     def check_metrics(self, update, metrics):
-        """ConfigError, while the program is traced (before anything trains), naming `update`'s line, for a metrics
-        dict without a key the harness reads or with one it adds itself: a fork learns it before the run, not after."""
+        """ConfigError naming `update`'s line for a metrics dict without a key the harness reads or with one it adds."""
         code = getattr(update, "__code__", None)
         where = f"{self.script}:{code.co_firstlineno}" if code else self.script
         for key, meaning in REQUIRED_METRICS.items():

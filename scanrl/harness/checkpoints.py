@@ -46,7 +46,8 @@ def quiet_abandoned_reads():
 
 
 class Checkpoints(contextlib.AbstractContextManager):
-    """A run directory's checkpoints (`keep=None`: read-only); leaving it waits for the save in flight."""
+    """A run directory's checkpoints (`keep=None`: read-only); leaving it waits for the save in flight and closes the
+    manager (no orbax thread outlives it), a failed write raising as OSError unless the run is already stopping."""
 
     def __init__(self, run_dir, keep=None):
         # orbax logs many absl lines per event (a read-only open, a failed write); the harness says one of its own.
@@ -62,8 +63,6 @@ class Checkpoints(contextlib.AbstractContextManager):
         self.manager = ocp.CheckpointManager(os.path.abspath(self.folder), options=options)
 
     def __exit__(self, exc_type, *_):
-        """Waits for the save in flight and closes the manager, so no orbax thread outlives it; a failed write
-        raises as OSError, unless the run is already stopping."""
         try:
             with self._writing():
                 try:

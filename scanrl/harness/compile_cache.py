@@ -18,7 +18,7 @@ import sys
 import jax
 import jaxlib
 
-from scanrl.harness.files import replaced
+from scanrl.harness.files import open_regular, replaced
 from scanrl.harness.jax_private import CacheInterface, install_cache_store
 
 MAX_BYTES = 2 << 30
@@ -56,18 +56,15 @@ class FileCache(CacheInterface):
 
     def get(self, key):
         entry = self._entry(key)
-        try:  # O_NONBLOCK: a FIFO is opened without waiting for a writer, then dropped
-            with open(entry, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NOFOLLOW | os.O_NONBLOCK)) as f:
-                status = os.fstat(f.fileno())
-                if not stat.S_ISREG(status.st_mode):
-                    return self._drop(entry, "not a regular file")
-                if status.st_uid != os.getuid():
+        try:
+            with open_regular(entry, "rb", follow=False) as f:
+                if os.fstat(f.fileno()).st_uid != os.getuid():
                     return self._drop(entry, "written by another user")
                 stored = f.read()
                 os.utime(f.fileno())  # its last use, for `evict`
         except FileNotFoundError:
             return None
-        except OSError as error:  # a link (ELOOP), or unreadable
+        except OSError as error:  # a link (ELOOP), a FIFO or a device (EINVAL), or unreadable
             return self._drop(entry, error.strerror or str(error))
         head, digest, value = stored[:len(FORMAT)], stored[len(FORMAT):len(FORMAT) + 32], stored[len(FORMAT) + 32:]
         if head != FORMAT or digest != self._digest(key, value):
@@ -110,13 +107,10 @@ def start(flag: str | None) -> str | None:
     if root == "off":
         return None
     path = os.path.join(os.path.abspath(os.path.expanduser(root)), machine_tag())
+    umask = os.umask(0o077)  # every folder made on the way (~/.cache/scanrl too) is this user's alone
     try:
         for folder in (os.path.dirname(path), path):  # each checked before anything is made in it
-            umask = os.umask(0o077)  # every folder made on the way (~/.cache/scanrl too) is this user's alone
-            try:
-                os.makedirs(folder, mode=0o700, exist_ok=True)
-            finally:
-                os.umask(umask)
+            os.makedirs(folder, mode=0o700, exist_ok=True)
             status = os.stat(folder)
             if status.st_uid != os.getuid() or status.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
                 whose = "writable by others" if status.st_uid == os.getuid() else "not yours"
@@ -129,6 +123,8 @@ def start(flag: str | None) -> str | None:
         print(f"note: compile cache off: cannot use {path} ({error.strerror or error}); set --compile-cache to "
               "another directory, or off", file=sys.stderr)
         return None
+    finally:
+        os.umask(umask)
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
     install_cache_store(FileCache(path))  # in place of JAX's (it is made lazily, so not made yet)

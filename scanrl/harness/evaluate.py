@@ -13,7 +13,6 @@ from scanrl.harness.flags import ConfigError, check_env, check_flags, check_path
 from scanrl.harness.loop import awake, compile_job, run_evaluation
 from scanrl.harness.program import eval_policy, evaluation_keys, plan
 from scanrl.harness.resume import read_run_config, require_checkpoint_folder
-from scanrl.harness.stops import RunStopped
 from scanrl.harness.sweeps import sweep_points
 
 
@@ -50,15 +49,15 @@ def eval_config(algorithm, config):
     return run_config, points
 
 
-def evaluate_run(algorithm, config, stop=None):
+def evaluate_run(algorithm, config, stop):
     """--eval: the deterministic policies of a saved run, on the same episodes as its summary's eval_return (unless
     --eval-episodes changes their number; --eval-sampled: the policies training acts with, on the same episodes);
     --gif draws one episode of agent --seed-index. The job of the run, its evaluation compiled and run."""
     from scanrl import envs
 
     run_config, points = eval_config(algorithm, config)
-    if stop is not None:  # --eval writes nothing but its --gif: nothing to wait for
-        stop.stop_at_once("the evaluation stopped; nothing was written")
+    stopped = "the evaluation stopped; nothing was written"
+    stop.stop_at_once(stopped)  # nothing to wait for: it writes only --gif
     job = plan(algorithm, run_config, points, sampled=config.eval_sampled)
     require_checkpoint_folder(config.eval, "--eval")
     with Checkpoints(config.eval) as checkpoints:
@@ -68,8 +67,7 @@ def evaluate_run(algorithm, config, stop=None):
                           "before its first chunk ended: --resume it")
     runner, _, done = restored
     _, evaluation, _ = awake(compile_job, job, False)
-    returns = run_evaluation(evaluation, job, runner, stop, lambda signum: RunStopped(
-        f"{signum.name}: the evaluation stopped; nothing was written", 128 + signum, abandon=True), "the evaluation")
+    returns = run_evaluation(evaluation, job, runner, stop, stopped, "the evaluation")
     eval_keys = evaluation_keys(job.keys)
     indices = range(len(job.keys)) if config.seed_index is None else [config.seed_index]
     which = "sampled policy (actions drawn as in training)" if config.eval_sampled else "deterministic policy"
@@ -85,9 +83,8 @@ def evaluate_run(algorithm, config, stop=None):
         swept = {k: np.asarray(v)[index].item() for k, v in job.swept.items()}
         agent = jax.tree.map(lambda x: np.asarray(x)[index], gather(runner, "the evaluation"))
         act = eval_policy(algorithm, job.parts(swept)[0], agent, eval_keys[index], config.eval_sampled)
-        if stop is not None:
-            stop.stop_at_once(f"stopped while drawing the episode; {config.gif} was not written (the returns above "
-                              "are the evaluation's)")
+        stop.stop_at_once(f"stopped while drawing the episode; {config.gif} was not written (the returns above are "
+                          "the evaluation's)")
         total, length = envs.record_episode(run_config.env, act, eval_keys[index], config.gif)
         print(f"one episode of seed {job.names[index]} (index {index}): return {total:.1f} in {length} steps, "
               f"drawn to {config.gif}")

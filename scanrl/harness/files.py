@@ -1,6 +1,5 @@
-"""Files the harness writes, written one way: through a temporary created exclusively beside the target and renamed
-over it once whole (never through a link planted at a name), in folders that are not links; appends never follow a
-link. And a run directory's owner (`RunLock`): one process at a time trains in it. No JAX here."""
+"""Files the harness writes, one way (`replaced`: whole, never through a link), in folders that are not links; appends
+never follow a link. And a run directory's owner (`RunLock`): one process at a time trains in it. No JAX here."""
 
 import contextlib
 import errno
@@ -64,9 +63,10 @@ def save_figure(fig, path):
     return path
 
 
-def open_regular(path, mode="r", **kwargs):
-    """`path` opened to read; OSError (EINVAL) for a FIFO (never waited on) or a device (never read)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+def open_regular(path, mode="r", follow=True, **kwargs):
+    """`path` opened to read; OSError (EINVAL) for a FIFO (never waited on) or a device (never read), and without
+    `follow` (ELOOP) for a link."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW))
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file", path)
@@ -99,9 +99,8 @@ class RunLock(contextlib.AbstractContextManager):
                     os.close(fd)                                              # another file
                     raise OSError(errno.EINVAL, "not a file of its own")
             except OSError as error:
-                raise ConfigError(f"{which}: cannot lock {self.path} ({error.strerror}); is {run_dir} a run "
-                                  "directory you can write in? (remove a .lock that is not a file of its own)"
-                                  ) from None
+                raise ConfigError(f"{which}: cannot lock {self.path} ({error.strerror}); is {run_dir} a run directory "
+                                  "you can write in? (remove a .lock that is not a file of its own)") from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

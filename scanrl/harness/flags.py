@@ -65,8 +65,7 @@ class Flags:
     keep_checkpoints: int = 2
     """how many of the newest checkpoints <run dir>/checkpoints keeps"""
     resume: str | None = None
-    """continue the run in this run directory from its last checkpoint, with its config (only logging flags may
-    differ)"""
+    """continue the run in this directory from its last checkpoint, with its config (only logging flags may differ)"""
     eval: str | None = None
     """do not train: load the last checkpoint of this run directory and print the returns of its deterministic
     policies over --eval-episodes episodes"""
@@ -228,8 +227,7 @@ def check_paths(config):
     """--run-name is one path component, --out-dir a directory this user can create or write in, --gif a file
     path in an existing folder: ConfigError otherwise, before anything is written."""
     name = config.run_name
-    if name is not None and (name in ("", ".", "..") or "/" in name or (os.altsep and os.altsep in name)
-                             or "\0" in name):
+    if name is not None and (name in ("", ".", "..") or {"/", os.altsep, "\0"} & set(name)):
         raise ConfigError(f"--run-name {name!r} must be one directory name (no '/', not '.' or '..'); the run "
                           "directory is <out-dir>/<run-name>: use --out-dir for the parent")
     for which, path in (("--run-name", name), ("--out-dir", config.out_dir)):

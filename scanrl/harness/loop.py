@@ -105,12 +105,12 @@ def run_pieces(compiled, job, runner, start, end, progress, stop=None, deadline=
 
 def wait_ready(tree, stop=None, stopped=None):
     """Waits for a program's results with the host awake, so a signal's handler runs at once (a blocking read holds
-    it until the program ends, which may be never); with `stop`, raises `stopped(signal)` once one came."""
+    it until the program ends, which may be never); with `stop`, RunStopped `{SIGNAL}: {stopped}` once one came."""
     for leaf in jax.tree.leaves(tree):
         pause = 0.001
         while not leaf.is_ready():
             if stop is not None and stop.signal:
-                raise stopped(stop.signal)
+                raise stops.RunStopped(f"{stop.signal.name}: {stopped}", 128 + stop.signal, abandon=True)
             time.sleep(pause)
             pause = min(2 * pause, 0.02)  # at most 20 ms late; the next piece is queued meanwhile
 
@@ -139,13 +139,12 @@ def awake(fn, *args):
 EVAL_PIECE = 1_000
 
 
-def run_evaluation(evaluation, job, runner, stop=None, stopped=None, what="the final evaluation"):
+def run_evaluation(evaluation, job, runner, stop, stopped, what="the final evaluation"):
     """Every agent's evaluation (`evaluation`: compile_job's) in pieces of EVAL_PIECE env steps, until every episode
-    ended or the env's time limit: its progress printed every 10 s by process 0, a stop request (`stop`) raising
-    `stopped(signal)` within a piece. -> each agent's episode returns (numpy, agents x episodes)."""
+    ended or the env's time limit: its progress printed every 10 s by process 0, a stop request (`stop`) ending it
+    within a piece (`stopped`: what the line says). -> each agent's episode returns (numpy, agents x episodes)."""
     start, steps = evaluation
-    if stop is not None:
-        stop.doing = f"stopping {what}"
+    stop.doing = f"stopping {what}"
     keys = to_agents(evaluation_keys(job.keys), job.sharding)
     runner = on_agents(runner, job.sharding)
     carry, shown = on_agents(start(keys, runner, job.swept), job.sharding), time.perf_counter()

@@ -31,9 +31,7 @@ def cgroup_memory_left(root="/sys/fs/cgroup") -> int | None:
         with contextlib.suppress(OSError, ValueError):
             with open(os.path.join(root, limit_file)) as f, open(os.path.join(root, usage_file)) as g:
                 limit, usage = f.read().strip(), g.read().strip()
-            if limit == "max" or int(limit) >= 2**62:
-                return None
-            return max(0, int(limit) - int(usage))
+            return None if limit == "max" or int(limit) >= 2**62 else max(0, int(limit) - int(usage))
     return None
 
 

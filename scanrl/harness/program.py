@@ -229,9 +229,8 @@ class Job:
 
 
 def plan(algorithm, config, points, sampled=False) -> Job:
-    """The agents (sweep points x seeds) over the devices, and one agent's programs vmapped over a device's agents and
-    split over the devices (shard_map), swept values as arrays. ConfigError, before anything per agent is made, for a
-    swept field the program cannot take, or agents whose state alone outgrows memory. `sampled`: --eval-sampled."""
+    """The run's `Job`. ConfigError, before anything per agent is made, for a swept field the program cannot take, or
+    agents whose state alone outgrows memory. `sampled`: --eval-sampled."""
     num_agents = config.num_seeds * len(points)
     if num_agents > MAX_COUNT:  # the programs hold counts as int32
         raise ConfigError(f"agents (--num-seeds x sweep points): {num_agents:,} is more than the {MAX_COUNT:,} "
@@ -246,8 +245,7 @@ def plan(algorithm, config, points, sampled=False) -> Job:
                  agents=local)
     keys, swept, names = agent_layout(config, points)
     devices = choose_devices(config, num_agents)
-    # config.json and the checkpoints record the count, so --resume trains on as many devices (its numbers depend on
-    # how the agents are split), or says it cannot.
+    # Recorded in config.json and the checkpoints: --resume trains on as many devices (its numbers depend on the split).
     config = dataclasses.replace(config, num_devices=len(devices))
     mesh = Mesh(np.array(devices), ("agents",))
     sharding = NamedSharding(mesh, PartitionSpec("agents"))

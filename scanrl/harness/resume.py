@@ -1,8 +1,7 @@
-"""--resume, before anything compiles: a run's config.json read back as the script's Config fields (a run of another
-script, a value of the wrong type or another version's field is one line; --eval reads it so too), held to the
-config its newest checkpoint was trained with (--resume takes the run's own config with this command line's logging
-flags; --eval refuses an edited one), and the checkpoints its metrics.csv rows need; then, once the run directory
-is owned (`rundir.RunDirectory`), training goes on from its newest readable checkpoint (`restored_run`)."""
+"""--resume, before anything compiles: a run's config.json read back as the script's Config fields (--eval reads it so
+too), held to the config its newest checkpoint was trained with (--resume takes the run's own config with this command
+line's logging flags; --eval refuses an edited one), and the checkpoints its metrics.csv rows need; then, once the run
+directory is owned (`rundir.RunDirectory`), training goes on from its newest readable checkpoint (`restored_run`)."""
 
 import contextlib
 import csv
@@ -111,8 +110,7 @@ def shown_type(hint) -> str:
 
 
 def shown(value) -> str:
-    """A JSON value as the command line writes it: [64, 64] -> "64 64"; a string with a control character (a
-    newline would split the message's one line) as JSON writes it."""
+    """A JSON value as the command line writes it ([64, 64] -> "64 64"), `escaped` for a one-line message."""
     return escaped(" ".join(map(str, value)) if isinstance(value, list) else value)
 
 

@@ -40,7 +40,6 @@ class RunDirectory:
                                                       "resume": None}) if lead else ""
             if broadcast(len(claimed)):  # process 0 could not claim it: every process stops
                 raise ConfigError(claimed or f"run directory {self.path} could not be claimed by process 0")
-        # Owned to the end of the run: one process trains in a run directory at a time.
         self.lock = RunLock(self.path, "--resume" if config.resume is not None else "the new run") if lead else None
         self.sweep = len(points) > 1
         self.labels = [point_label(p) for p in points]  # the points' names, and a sweep's folders
@@ -59,11 +58,10 @@ class RunDirectory:
     def open_metrics(self, keys, history=None):
         """Starts each point's metrics.csv; a resumed run's is rebuilt from `history` (its checkpoint's metrics),
         whatever state the file was left in, its columns in the file's order (an earlier version's may differ)."""
-        self.metrics_csvs = [MetricsCsv(os.path.join(d, "metrics.csv"), keys if history is None else
-                                        columns_kept(os.path.join(d, "metrics.csv"), keys), self.seeds(),
+        paths = [os.path.join(d, "metrics.csv") for d in self.point_dirs]
+        self.metrics_csvs = [MetricsCsv(path, keys if history is None else columns_kept(path, keys), self.seeds(),
                                         None if history is None else point_rows(history, p, self.config.num_seeds),
-                                        make_dir=self.sweep)
-                             for p, d in enumerate(self.point_dirs)]
+                                        make_dir=self.sweep) for p, path in enumerate(paths)]
 
     def seeds(self):
         return [self.config.seed + i for i in range(self.config.num_seeds)]

@@ -60,11 +60,8 @@ def callback_failure(error, script, run_dir, env, trained) -> RunStopped | None:
     if not isinstance(error, jax.errors.JaxRuntimeError) or "CpuCallback error" not in text:
         return None
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    places = [line for line in lines if line.startswith('File "')]
-    where = ""
-    if places:  # File "/path/my_env.py", line 8, in boom
-        path, line = places[-1].split('"')[1], places[-1].split(", line ")[1].split(",")[0]
-        where = f", at {path}:{line}"
+    places = re.findall(r'^\s*File "([^"]*)", line (\d+)', text, re.MULTILINE)  # File "/path/my_env.py", line 8, in f
+    where = f", at {':'.join(places[-1])}" if places else ""
     resume = resume_command(script, run_dir, env)
     kept = (f"the checkpoints written so far are kept: fix it, then continue with: {resume}" if trained else
             "nothing was trained, and no run directory is left")

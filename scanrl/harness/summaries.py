@@ -1,6 +1,5 @@
-"""The end of a run, on process 0: per sweep point learning_curve.png, summary.json (returns over seeds, with IQM and
-intervals) and the algorithm's own outputs; with --sweep, the points ranked in the run's summary.json and on one
-plot; the report printed; the wandb runs ended."""
+"""The end of a run, on process 0: per sweep point learning_curve.png, summary.json and the algorithm's own outputs;
+with --sweep, the points ranked in the run's summary.json and on one plot; the report printed; the wandb runs ended."""
 
 import os
 
@@ -27,7 +26,6 @@ def write_summaries(run_dir, tracking, algorithm, history, eval_returns, runner,
         ylim = shared_ylim([c for c in curves if c is not None])
         plot_sweep(os.path.join(run_dir.path, "learning_curves.png"), history["env_steps"][0], curves,
                    run_dir.labels, f"{title}: {len(points)} sweep points", config.num_seeds)
-    runner = runner if algorithm.write_outputs is not None else None
     summaries, images = zip(*(point_summary(run_dir, algorithm, p, (history, eval_returns, runner), extra, title, ylim)
                               for p in range(len(points))), strict=True)
     if run_dir.sweep:
@@ -86,8 +84,7 @@ def rank_points(run_dir, summaries, extra):
     means = [np.nan if s["diverged_at_iteration"] else nanmean(s[by]) for s in summaries]
     ranking = sorted(range(len(points)), key=lambda p: -np.nan_to_num(means[p], nan=-np.inf))
     write_json(os.path.join(run_dir.path, "summary.json"), {
-        "algo": run_dir.name, "env": config.env, "sweep": list(config.sweep), **extra,
-        "ranked_by": f"{by}_mean",
+        "algo": run_dir.name, "env": config.env, "sweep": list(config.sweep), **extra, "ranked_by": f"{by}_mean",
         "ranking": [{"rank": r + 1, "point": run_dir.labels[p], "values": points[p],
                      "final_return_mean": nanmean(summaries[p]["final_return"]),
                      "eval_return_mean": nanmean(summaries[p]["eval_return"]),
@@ -118,8 +115,8 @@ def summarize(job, eval_returns, runner, history, run_dir, tracking, extra):
     """The end of a trained run: its report (counts, speeds) and the run directory's summaries, from every agent's
     final evaluation (`eval_returns`: agents x episodes), final runner and metrics history."""
     algorithm, config, num_agents = job.algorithm, job.config, len(job.keys)
-    if algorithm.write_outputs is not None:  # its outputs are made from the final runners, on the host
-        runner = gather(runner, "the final runners")
+    # only the algorithm's own outputs read the final runners, on the host
+    runner = gather(runner, "the final runners") if algorithm.write_outputs is not None else None
     if not job.lead:
         return
     done = extra["resumed_after_iteration"] or 0

@@ -5,7 +5,7 @@ from scanrl.harness.agents import exit_on_lost_peers
 from scanrl.harness.loop import compile_run, run_evaluation, train_run
 from scanrl.harness.program import plan
 from scanrl.harness.rundir import RunDirectory
-from scanrl.harness.stops import RunStopped, StopRequest, resume_command
+from scanrl.harness.stops import StopRequest, resume_command
 from scanrl.harness.summaries import summarize
 from scanrl.harness.tracking import Tracking
 
@@ -27,17 +27,12 @@ def train(algorithm, config, points, exit_process=False):
             if trained is None:  # a finished run, left alone
                 return
             runner, history, extra = trained
-
-            def stopped(signum):
-                return RunStopped(f"{signum.name}: stopped during the final evaluation; training is finished, its "
-                                  "checkpoint and metrics.csv written, summary.json not: evaluate and summarise it "
-                                  f"with: {resume_command(algorithm.script, run_dir.path, job.config.env)}",
-                                  128 + signum, abandon=True)
-
-            eval_returns = run_evaluation(evaluation, job, runner, stop, stopped)
+            resume = resume_command(algorithm.script, run_dir.path, job.config.env)
+            eval_returns = run_evaluation(evaluation, job, runner, stop, "stopped during the final evaluation; "
+                                          "training is finished, its checkpoint and metrics.csv written, summary.json "
+                                          f"not: evaluate and summarise it with: {resume}")
             stop.stop_at_once("stopped while writing the summaries; training and evaluation are finished, the "
-                              "checkpoint and metrics.csv written, summary.json perhaps not: write it with: "
-                              f"{resume_command(algorithm.script, run_dir.path, job.config.env)}")
+                              f"checkpoint and metrics.csv written, summary.json perhaps not: write it with: {resume}")
             summarize(job, eval_returns, runner, history, run_dir, tracking, {**extra, "compile_s": compile_s})
     finally:  # the run directory is owned until the end
         if run_dir is not None:
