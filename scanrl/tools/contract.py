@@ -309,13 +309,13 @@ def check_fields(module, config):
             continue
         del left[name]
     changed = []
-    # A tiny run may not show a value's effect: two other values of each field, then for the fields that showed none a
-    # run 16 times as long (a tabular learner that has not yet reached its goal has learned nothing a learning rate
-    # could change).
-    for longer in (1, 16):
-        if left:
+    # A tiny run may not show a value's effect: another value of each field, then a second for the fields that showed
+    # none, then both in a run 16 times as long (a tabular learner that has not yet reached its goal has learned nothing
+    # a learning rate could change). One value first: each is an agent of the program, and most fields show at once.
+    for longer, tried in ((1, slice(0, 1)), (1, slice(1, 2)), (16, slice(0, 2))):
+        if values := {k: v[tried] for k, v in left.items() if v[tried]}:
             run = dataclasses.replace(config, total_timesteps=longer * config.total_timesteps)
-            shown = changed_metrics(algorithm, run, left)
+            shown = changed_metrics(algorithm, run, values)
             changed += shown
             left = {k: v for k, v in left.items() if k not in shown}
     notes = (f"fixed per program: {', '.join(fixed) or '-'}; read nowhere with this config (--sweep refuses them): "
