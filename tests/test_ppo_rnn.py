@@ -196,7 +196,7 @@ def test_learns_masked_cartpole(run_script, tmp_path):
     # The evaluation with memory agrees with what training saw at its end (a policy evaluated without its memory
     # scores like ppo.py: about 40), and --eval of the saved run plays the same episodes to the same returns.
     assert np.mean(summary["final_return"]) >= 400, summary
-    result = run_script("ppo_rnn.py", "--eval", str(run_dir))
+    result = run_script("ppo_rnn.py", "--eval", str(run_dir), optimized=True)  # the run's compiled evaluation
     assert result.returncode == 0, result.stderr
     means = [line.split("mean ")[1].split()[0] for line in result.stdout.splitlines() if line.startswith("seed ")]
     assert means == [f"{r:.2f}" for r in summary["eval_return"]], result.stdout
