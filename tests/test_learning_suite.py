@@ -35,7 +35,7 @@ from benchmarks.suite.entries import (
     select,
 )
 from benchmarks.suite.records import MACHINE_FILE, read_curve, read_record, write_record
-from benchmarks.suite.report import fmt, iqm_cell, read_result, report_path, write_report
+from benchmarks.suite.report import fmt, iqm_cell, read_result, report_path, table_rows, write_report
 from benchmarks.suite.runner import SUITE_PACKAGES, check_run_dir, command, envs_missing, provenance, run_entries
 from benchmarks.suite.suites import FEWER_SEEDS, SUITES
 from scanrl import harness
@@ -312,6 +312,17 @@ def test_cli_runs_a_tiny_suite_then_reruns_nothing_and_resumes_what_stopped(run_
     assert "ppo-cart: finished before" in third.stdout
     assert (out_dir / "tabular-grid" / "summary.json").exists()
     assert (out_dir / "ppo-cart" / "summary.json").stat().st_mtime_ns == stamps[out_dir / "ppo-cart" / "summary.json"]
+
+
+def test_an_algorithms_second_recipe_or_budget_on_one_env_is_a_row_of_its_own():
+    """The per-algorithm table pools an algorithm's envs, never two entries on one env as if two envs: td3 at 100k
+    and 200k on HalfCheetah were one row of "6 seeds x 2 envs" (IQM 0.833) before, two rows now."""
+    results = [types.SimpleNamespace(entry=types.SimpleNamespace(name=name, env=env)) for name, env in (
+        ("td3-a", "Pendulum-v1"), ("td3-a-parallel", "Pendulum-v1"), ("td3-b", "Acrobot-v1"),
+        ("td3-b-parallel", "Acrobot-v1"), ("td3-c", "CartPole-v1"))]
+    assert [[r.entry.name for r in row] for row in table_rows(results)] == [
+        ["td3-a", "td3-b", "td3-c"], ["td3-a-parallel", "td3-b-parallel"]]
+    assert len(table_rows(results[::2])) == 1  # one entry per env: one row, as every suite but two has
 
 
 def test_a_record_stands_for_its_run_directory(fabricated, tmp_path, capsys):

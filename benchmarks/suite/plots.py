@@ -66,7 +66,8 @@ def plot_profile(path, algo, envs_used, scores):
     taus = np.linspace(min(0.0, scores.min()), max(1.0, scores.max()), 201)
     profile = performance_profile(scores, taus, seed=0)
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(taus, profile.fraction, color="tab:blue", label=f"{algo}: {scores.shape[0]} seeds x {len(envs_used)} envs")
+    ax.plot(taus, profile.fraction, color="tab:blue", label=f"{algo}: {scores.shape[0]} seeds x {len(envs_used)} "
+            f"env{'s' if len(envs_used) > 1 else ''}")
     ax.fill_between(taus, profile.low, profile.high, color="tab:blue", alpha=0.25, label="95% CI")
     ax.set_xlabel("normalised eval return tau (0: random policy, 1: the env's high score)")
     ax.set_ylabel("fraction of runs with score > tau")

@@ -150,6 +150,19 @@ def normalized_matrix(results, ranges):
     return used, left_out, np.stack([c[:n] for c in columns], axis=1)
 
 
+def table_rows(results) -> list[list]:
+    """An algorithm's results as rows of the per-algorithm table, each env at most once in a row: its k-th entry on an
+    env goes to row k, so a second recipe or budget on one env (td3 at 100k and 200k) is a row of its own, not a
+    second env of one row."""
+    rows, seen = [], {}
+    for r in results:
+        k = seen[r.entry.env] = seen.get(r.entry.env, -1) + 1
+        if k == len(rows):
+            rows.append([])
+        rows[k].append(r)
+    return rows
+
+
 def record_link(e: Entry, records, folder, results_path) -> str:
     """A markdown link from the report to the entry's record, or "none" where it has none."""
     path = record_path(records, e)
@@ -236,7 +249,8 @@ def write_report(suite_name, entries, out_dir, results_path, suite_flag=None, re
                   "Scores normalised per env as (return - low) / (high - low): low is a uniformly random policy's "
                   "mean return, high the score named below. IQM over all seeds of all the algorithm's envs, with a "
                   "95% stratified-bootstrap interval (seeds resampled within each env). Where envs have different "
-                  "seed counts, each keeps its first seeds up to the smallest count.", "",
+                  "seed counts, each keeps its first seeds up to the smallest count. An algorithm with two recipes or "
+                  "budgets on one env has a row for each, named by its entries.", "",
                   "| algorithm | envs | seeds per env | IQM of normalised eval return [95% CI] | curves | profile |",
                   "|---|---|---:|---|---|---|"]
         for algo in algos:
@@ -244,18 +258,23 @@ def write_report(suite_name, entries, out_dir, results_path, suite_flag=None, re
             curves = f"{stem}_{algo}_curves.png"
             plot_curves(os.path.join(folder, curves), algo, mine)
             written.append(os.path.join(folder, curves))
-            envs_used, left_out, scores = normalized_matrix(mine, ranges)
-            profile, cell = "-", "-"
-            if scores is not None:
-                estimate = aggregate.stratified_bootstrap_ci(scores, seed=0)
-                cell = f"{estimate.point:.3f} [{estimate.low:.3f}, {estimate.high:.3f}]"
-                profile = f"{stem}_{algo}_profile.png"
-                plot_profile(os.path.join(folder, profile), algo, envs_used, scores)
-                written.append(os.path.join(folder, profile))
-                profile = f"![{algo} profile]({profile})"
-            envs_cell = ", ".join(envs_used) + (f" (left out, no range: {', '.join(left_out)})" if left_out else "")
-            lines.append(f"| {algo} | {envs_cell} | {scores.shape[0] if scores is not None else '-'} "
-                         f"| {cell} | ![{algo} curves]({curves}) | {profile} |")
+            rows = table_rows(mine)
+            for i, row in enumerate(rows):
+                envs_used, left_out, scores = normalized_matrix(row, ranges)
+                # an algorithm with several rows names each row's entries, not its envs (the same in every row)
+                used = envs_used if len(rows) == 1 else [r.entry.name for r in row if r.entry.env in envs_used]
+                name = algo if i == 0 else f"{algo}_{i + 1}"
+                profile, cell = "-", "-"
+                if scores is not None:
+                    estimate = aggregate.stratified_bootstrap_ci(scores, seed=0)
+                    cell = f"{estimate.point:.3f} [{estimate.low:.3f}, {estimate.high:.3f}]"
+                    profile = f"{stem}_{name}_profile.png"
+                    plot_profile(os.path.join(folder, profile), algo, used, scores)
+                    written.append(os.path.join(folder, profile))
+                    profile = f"![{name} profile]({profile})"
+                envs_cell = ", ".join(used) + (f" (left out, no range: {', '.join(left_out)})" if left_out else "")
+                lines.append(f"| {algo} | {envs_cell} | {scores.shape[0] if scores is not None else '-'} "
+                             f"| {cell} | ![{algo} curves]({curves}) | {profile} |")
         lines += ["", "| env | low (random policy) | high | high from |", "|---|---:|---:|---|"]
         lines += [f"| {env} | {fmt(low)} | {fmt(high)} | {source} |" for env, (low, high, source) in ranges.items()]
     with replaced(results_path) as f:
