@@ -5,9 +5,13 @@ import numpy as np
 import pytest
 from conftest import read_run
 
-pytest.importorskip("craftax", reason="pip install -r requirements-craftax.txt")
-pytest.importorskip("xminigrid", reason="pip install -r requirements-xminigrid.txt")
-pytest.importorskip("mujoco_playground", reason="pip install -r requirements-playground.txt")
+from scanrl.envs.suite import installed
+
+# Found, not imported (the runs are subprocesses): every pytest-xdist worker collects this file, and importing
+# Playground takes about 3 s.
+for package, suite in (("craftax", "craftax"), ("xminigrid", "xminigrid"), ("mujoco_playground", "playground")):
+    if not installed(package):
+        pytest.skip(f"pip install -r requirements-{suite}.txt", allow_module_level=True)
 
 
 # 2 seeds: split over the 2 devices of a 2-core machine, as a user's run is (a MuJoCo env state's zero-size leaves
