@@ -7,14 +7,13 @@ import importlib
 import io
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
 import numpy as np
 import pytest
 from cases import CASES, check_program, cli_flags, exit_code_and_error, read_csv, tiny_config
-from conftest import ROOT
+from conftest import ROOT, run_warm
 
 from scanrl import harness
 from scanrl.tools import contract
@@ -62,8 +61,7 @@ def in_repository(repo, *argv, timeout=900):
     """`python argv...` in `repo`, as a researcher runs it there: the installed scanrl, no PYTHONPATH."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(WANDB_MODE="offline", WANDB_DIR=str(repo), WANDB_CACHE_DIR=str(repo / ".wandb-cache"))
-    return subprocess.run([sys.executable, *argv], cwd=repo, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return run_warm([sys.executable, *argv], repo, env, timeout)
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 from cases import checkpoint_steps, copy_run, read_csv, tiny_config
-from conftest import ROOT
+from conftest import ROOT, run_warm
 
 from scanrl.harness.sweeps import point_label
 
@@ -162,8 +162,8 @@ runpy.run_path(os.path.join({root!r}, "ppo.py"), run_name="__main__")
 def uninterrupted(tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("whole")
     env = {**os.environ, "WANDB_MODE": "offline"}
-    result = subprocess.run([sys.executable, str(ROOT / "ppo.py"), *FLAGS, "--out-dir", str(out_dir), "--run-name",
-                             "whole"], capture_output=True, text=True, timeout=600, env=env, cwd=out_dir)
+    result = run_warm([sys.executable, str(ROOT / "ppo.py"), *FLAGS, "--out-dir", str(out_dir), "--run-name", "whole"],
+                      out_dir, env, 600)
     assert result.returncode == 0, result.stderr
     return (out_dir / "whole" / "metrics.csv").read_text()
 
