@@ -120,8 +120,8 @@ def run_script(tmp_path):
     """`run_script("ppo.py", "--total-timesteps", "1024", ...)` -> CompletedProcess, run in `tmp_path` with
     `--out-dir tmp_path/runs` added unless given, wandb offline and its files kept inside `tmp_path` (by `run_warm`);
     `optimized`: compiled with the fusion emitters at backend level 1, to run fast (the learning tests);
-    `env_overrides` (a dict) is applied last, for tests that need a different wandb setting or Python setting (they
-    run in a Python of their own)."""
+    `env_overrides` (a dict) is applied last, for tests that need a different wandb, XLA or Python setting (PYTHON*:
+    read as Python starts, so the run gets a Python of its own)."""
 
     def _run(script, *args, timeout=600, add_out_dir=True, env_overrides=None, optimized=False):
         env = {
@@ -137,7 +137,7 @@ def run_script(tmp_path):
         argv = [sys.executable, str(ROOT / script), *args]
         if add_out_dir and "--out-dir" not in args:
             argv += ["--out-dir", str(tmp_path / "runs")]
-        if env_overrides:  # a setting Python reads as it starts (PYTHONIOENCODING) needs a Python of its own
+        if any(key.startswith("PYTHON") for key in env_overrides or ()):  # read as Python starts: a Python of its own
             return subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
         return run_warm(argv, tmp_path, env, timeout)
 

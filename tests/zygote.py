@@ -6,7 +6,7 @@ as Python would, in its own process, directory and environment, from its first l
 Not gymnax, scanrl or wandb: gymnax makes a JAX backend on import, which must not exist before the fork (a run's
 XLA_FLAGS are read when it is made), scanrl's imports are what the tests check (a research repository's own `envs`
 or `utils` beside a copied script), and wandb reads its settings from the environment. A setting Python reads as it
-starts (PYTHONIOENCODING) needs a Python of its own: `run_script` starts one when a test changes the environment.
+starts (PYTHONIOENCODING) needs a Python of its own: `run_script` starts one when a test sets a PYTHON* variable.
 
 One JSON line per run on stdin, {"argv", "cwd", "env", "stdout", "stderr"} (the last two: files the child writes);
 it answers with the child's pid, then its wait status, a line each."""
