@@ -66,17 +66,17 @@ def run(request):
 
 
 def main():
-    with contextlib.suppress(OSError, AttributeError):  # Linux's PR_SET_PDEATHSIG: gone with the worker that started it
+    # Linux: gone with the pytest worker that started it (PR_SET_PDEATHSIG), as conftest.die_with_parent makes the
+    # workers; set here, not by the worker's Popen, whose preexec_fn would fork a process that runs JAX
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)
-    answers = os.fdopen(os.dup(1), "w", buffering=1)
-    for line in sys.stdin:
+    for line in sys.stdin:  # stdout's buffer is empty at each fork: the child's output is its own
         request = json.loads(line)
         pid = os.fork()
         if pid == 0:
-            answers.close()
             run(request)
-        print(pid, file=answers)
-        print(os.waitpid(pid, 0)[1], file=answers)
+        print(pid, flush=True)
+        print(os.waitpid(pid, 0)[1], flush=True)
 
 
 if __name__ == "__main__":
