@@ -212,17 +212,18 @@ class Job:
         return (f"{self.algorithm.name} on {config.env}: {described} x {steps}, {chunks}, on "
                 f"{self.mesh.devices.size} device(s)")
 
-    def fresh_agents(self):
+    def fresh_agents(self, compiler_options=None):
         """Every agent's `init`, split over the devices, with the host's structure of the runner (with a sweep, init's
         program gives it static parts of its own). All run on the first device, one device's agents after another,
         then move: one compile, and never two host devices at once (XLA:CPU, jax 0.10.2, deadlocked running the
-        orthogonal initialiser's QR on two at once)."""
-        jitted, shards = jax.jit(jax.vmap(lambda key, swept: self.parts(swept)[1](key))), []
+        orthogonal initialiser's QR on two at once). `compiler_options`: XLA's, for init's program."""
+        jitted, shards, compiled = jax.jit(jax.vmap(lambda key, swept: self.parts(swept)[1](key))), [], None
         placement = self.sharding.addressable_devices_indices_map(self.keys.shape[:1])
         first = next(iter(placement))
         for device, index in placement.items():
             local = jax.device_put((self.keys[index], {k: v[index] for k, v in self.swept.items()}), first)
-            shards.append(jax.device_put(jax.block_until_ready(jitted(*local)), device))
+            compiled = compiled or jitted.lower(*local).compile(compiler_options)
+            shards.append(jax.device_put(jax.block_until_ready(compiled(*local)), device))
         runner = jax.tree.map(lambda *xs: jax.make_array_from_single_device_arrays(
             (len(self.keys),) + xs[0].shape[1:], self.sharding, list(xs)), *shards)
         return jax.tree.unflatten(jax.tree.structure(self.abstract_runner), jax.tree.leaves(runner))

@@ -38,6 +38,11 @@ import tyro
 
 from scanrl.harness.flags import ConfigError
 
+# XLA's lowest backend optimisation and XLA:CPU's older emitter: compiled in a third of the time or less, for the
+# programs whose rounding need not be a run's: the sweep's points, and the trained and re-initialised agents' actions,
+# are compared within one program (ppo_rnn.py's GTrXL contract: 89 -> 79 s on 2 cores, 2026-11-30)
+QUICK_COMPILE = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
+
 
 class ContractFailure(Exception):
     """A check that did not hold: its message says what differed."""
@@ -203,7 +208,8 @@ def policy_reads_agent(algorithm, config, trained):
     env, env_params = envs.make_vec(config.env, config.eval_episodes)
     key = evaluation_keys(seed_keys(config))[0]
     init, _ = algorithm.make_train_parts(config)
-    fresh = jax.jit(init)(jax.random.PRNGKey(config.seed + config.num_seeds))  # a seed the run did not train
+    other = jax.random.PRNGKey(config.seed + config.num_seeds)  # a seed the run did not train
+    fresh = jax.jit(init).lower(other).compile(QUICK_COMPILE)(other)
 
     def play(trained, fresh):
         a, b = (envs.normalized_policy(algorithm.policy(config, runner), trained) for runner in (trained, fresh))
@@ -222,7 +228,7 @@ def policy_reads_agent(algorithm, config, trained):
                                            int(env_params.max_steps_in_episode))
         return evaluation.memory[2:]
 
-    differ, steps = (int(x) for x in jax.jit(play)(trained, fresh))
+    differ, steps = (int(x) for x in jax.jit(play).lower(trained, fresh).compile(QUICK_COMPILE)(trained, fresh))
     if differ:
         return f"agent 0 and an agent re-initialised from another key act differently at {differ} of {steps} steps"
 
@@ -265,11 +271,8 @@ def changed_metrics(algorithm, config, values):
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         job = plan(algorithm, config, points)  # its notes (devices) are not the contract's
     scalar = jax.ShapeDtypeStruct((), np.int32)
-    # XLA's lowest backend optimisation and XLA:CPU's older emitter: compiled in about a third of the time (the points
-    # are compared within this program, whose rounding need not be a run's)
-    compiled = job.segment.lower(job.abstract_runner, scalar, job.swept).compile(
-        {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False})
-    _, metrics, _ = run_pieces(compiled, job, job.fresh_agents(), 0, job.num_iterations, None)
+    compiled = job.segment.lower(job.abstract_runner, scalar, job.swept).compile(QUICK_COMPILE)
+    _, metrics, _ = run_pieces(compiled, job, job.fresh_agents(QUICK_COMPILE), 0, job.num_iterations, None)
     keys = [k for k in metrics if k not in ("env_steps", "nonfinite")]
     changed = {owners[i - 1] for i in range(1, len(points))
                if not all(np.array_equal(metrics[k][0], metrics[k][i], equal_nan=True) for k in keys)}
