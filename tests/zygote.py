@@ -1,7 +1,8 @@
 """A warm Python for the tests' script runs (conftest.py's `run_script`, and the contract runs of test_forking.py):
 it imports the libraries every script imports (jax, flax, optax, distrax, orbax, tyro, matplotlib: about 3.5 s of a
-tiny run's 9 on 2 cores), then forks a child per run, which runs `python script.py args` or `python -m module args`
-as Python would, in its own process, directory and environment, from its first line on.
+tiny run's 9 on 2 cores; and seaborn, with the scipy.stats and pandas it imports, which gymnax's Pong imports: 1.3 s
+of the 1.5 s gymnax took in a child), then forks a child per run, which runs `python script.py args` or
+`python -m module args` as Python would, in its own process, directory and environment, from its first line on.
 
 Not gymnax, scanrl or wandb: gymnax makes a JAX backend on import, which must not exist before the fork (a run's
 XLA_FLAGS are read when it is made), scanrl's imports are what the tests check (a research repository's own `envs`
@@ -27,6 +28,7 @@ import jax  # noqa: F401
 import matplotlib.pyplot  # noqa: F401
 import optax  # noqa: F401
 import orbax.checkpoint  # noqa: F401
+import seaborn  # noqa: F401 - a library of gymnax's, which makes no JAX backend
 import tyro  # noqa: F401
 
 
