@@ -21,7 +21,7 @@ import jax
 import numpy as np
 import pytest
 from cases import SCRIPTS, SWEEPS, copy_run, exit_code_and_error, read_csv, tiny_config, tiny_flags
-from conftest import ROOT, TEST_FLAGS
+from conftest import ROOT, TEST_FLAGS, run_warm
 
 from scanrl.harness.agents import choose_devices
 from scanrl.harness.program import seed_keys
@@ -77,8 +77,7 @@ def two_device_runs(tmp_path_factory):
             f"    module, config = tiny_config(case, {str(out_dir)!r}, num_seeds=4, num_chunks=1, run_name=case)\n"
             "    module.main(config)\n")
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(out_dir), **TWO_DEVICES}
-    result = subprocess.run([sys.executable, "-c", code], cwd=out_dir, env=env, capture_output=True, text=True,
-                            timeout=900)
+    result = run_warm([sys.executable, "-c", code], out_dir, env, 900)
     assert result.returncode == 0, result.stderr[-3000:]
     return {case: out_dir / case for case in TWO_DEVICE_CASES} | {"stdout": result.stdout}
 

@@ -3,14 +3,13 @@ and your own env from the command line (--env module:name, envs.register)."""
 
 import json
 import os
-import subprocess
 import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import FAST_COMPILE_OPTIONS, ROOT
+from conftest import FAST_COMPILE_OPTIONS, ROOT, run_warm
 
 from scanrl import envs
 from scanrl.envs.suite import installed
@@ -271,9 +270,8 @@ envs.register("Corridor-v0", Corridor)
 
 
 def run_in(cwd, *args, timeout=300):
-    env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": ""}
-    return subprocess.run([sys.executable, str(ROOT / "ppo.py"), *args], cwd=cwd, capture_output=True,
-                          text=True, env=env, timeout=timeout)
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "WANDB_MODE": "disabled"}
+    return run_warm([sys.executable, str(ROOT / "ppo.py"), *args], cwd, env, timeout)
 
 
 @pytest.mark.slow

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 
 import numpy as np
@@ -183,8 +182,8 @@ def test_kill_9_then_resume_gives_the_uninterrupted_metrics(moment, resumed_afte
     run_dir = tmp_path / "runs" / "killed"
     env = {**os.environ, "WANDB_MODE": "offline"}
     flags = [*FLAGS, "--out-dir", str(tmp_path / "runs"), "--run-name", "killed"]
-    killed = subprocess.run([sys.executable, "-c", KILLER.format(root=str(ROOT), flags=flags, moment=moment)],
-                            capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    killed = run_warm([sys.executable, "-c", KILLER.format(root=str(ROOT), flags=flags, moment=moment)], tmp_path,
+                      env, 600)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert (run_dir / "config.json").exists() and not (run_dir / "summary.json").exists()
     ppo.main(ppo.Config(resume=str(run_dir)))

@@ -1,8 +1,9 @@
-"""A warm Python for the tests' script runs (conftest.py's `run_script`, and the contract runs of test_forking.py):
+"""A warm Python for the tests' script runs (conftest.py's `run_warm`, which `run_script` and the contract runs use):
 it imports the libraries every script imports (jax, flax, optax, distrax, orbax, tyro, matplotlib: about 3.5 s of a
 tiny run's 9 on 2 cores; and seaborn, with the scipy.stats and pandas it imports, which gymnax's Pong imports: 1.3 s
-of the 1.5 s gymnax took in a child), then forks a child per run, which runs `python script.py args` or
-`python -m module args` as Python would, in its own process, directory and environment, from its first line on.
+of the 1.5 s gymnax took in a child), then forks a child per run, which runs `python script.py args`,
+`python -m module args` or `python -c code args` as Python would, in its own process, directory and environment, from
+its first line on.
 
 Not gymnax, scanrl or wandb: gymnax makes a JAX backend on import, which must not exist before the fork (a run's
 XLA_FLAGS are read when it is made), scanrl's imports are what the tests check (a research repository's own `envs`
@@ -46,6 +47,9 @@ def run(request):
         if args[0] == "-m":  # python -m module args: the module's file is argv[0], the directory is on the path
             sys.argv, sys.path[0] = args[1:], os.getcwd()
             runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+        elif args[0] == "-c":  # python -c code args: argv[0] is "-c", the current directory is on the path
+            sys.argv, sys.path[0] = ["-c", *args[2:]], ""
+            exec(compile(args[1], "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
         else:
             sys.argv, sys.path[0] = args, os.path.dirname(os.path.abspath(args[0]))
             runpy.run_path(args[0], run_name="__main__")
