@@ -175,7 +175,7 @@ def test_default_devices_are_one_per_core_and_the_most_that_divide_the_agents(ca
 
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     code = "import ppo, jax; from scanrl import harness; print(len(jax.devices()), harness.available_cores())"
-    seen = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    seen = run_warm([sys.executable, "-c", code], ROOT, env, 120)
     count, cores = map(int, seen.stdout.split())
     assert count == cores >= 1, seen.stderr
     devices = jax.devices()

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, run_warm
 
 
 @pytest.mark.slow
@@ -45,10 +45,9 @@ def test_a_process_whose_peers_never_join_exits_1_with_one_line(process_id, tmp_
         port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     start = time.perf_counter()
-    result = subprocess.run([sys.executable, str(ROOT / "ppo.py"), "--coordinator-address", f"localhost:{port}",
-                             "--num-processes", "2", "--process-id", str(process_id), "--distributed-timeout", "5",
-                             "--out-dir", str(tmp_path / "runs")], cwd=tmp_path, env=env, capture_output=True,
-                            text=True, timeout=120)
+    result = run_warm([sys.executable, str(ROOT / "ppo.py"), "--coordinator-address", f"localhost:{port}",
+                       "--num-processes", "2", "--process-id", str(process_id), "--distributed-timeout", "5",
+                       "--out-dir", str(tmp_path / "runs")], tmp_path, env, 120)
     assert result.returncode == 1 and time.perf_counter() - start < 60
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: process {process_id} of 2: "), lines

@@ -1,12 +1,10 @@
 """--gif's drawing (scanrl/envs/render.py): quiet on a headless machine (no SDL or ALSA lines), one frame per step."""
 
 import os
-import subprocess
 import sys
 
 import pytest
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import ROOT, run_warm
 
 DRAW = """
 import sys, jax, numpy as np
@@ -31,8 +29,7 @@ def test_gif_is_quiet_with_one_frame_per_step(tmp_path, env_id):
     # No display and no sound card, as on a server: XDG_RUNTIME_DIR unset, DISPLAY unset.
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "XDG_RUNTIME_DIR", "SDL_VIDEODRIVER",
                                                             "SDL_AUDIODRIVER")}
-    done = subprocess.run([sys.executable, "-c", DRAW, env_id, "12", str(path)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = run_warm([sys.executable, "-c", DRAW, env_id, "12", str(path)], ROOT, env, 300)
     assert done.returncode == 0, done.stderr
     assert done.stdout == ""
     assert "ALSA" not in done.stderr and "XDG_RUNTIME_DIR" not in done.stderr and "SDL" not in done.stderr, \
