@@ -149,10 +149,12 @@ ZYGOTE = {}  # this worker's warm Python (tests/zygote.py), started by its first
 
 def run_warm(argv, cwd, env, timeout):
     """subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout), run by a child of
-    tests/zygote.py, which has imported the libraries every script imports: about 3.5 s less a run."""
+    tests/zygote.py, which has imported the libraries every script imports: about 5 s less a run. The zygote starts
+    without PYTHONPATH: each run's own is put on its path (tests/zygote.py)."""
     if "process" not in ZYGOTE or ZYGOTE["process"].poll() is not None:
         process = subprocess.Popen([sys.executable, str(ROOT / "tests" / "zygote.py")], stdin=subprocess.PIPE,
-                                   stdout=subprocess.PIPE, bufsize=0, cwd=ROOT)
+                                   stdout=subprocess.PIPE, bufsize=0, cwd=ROOT,
+                                   env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
         ZYGOTE.update(process=process, said=b"")
     with tempfile.TemporaryDirectory() as files:
         out, err = Path(files) / "stdout", Path(files) / "stderr"

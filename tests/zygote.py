@@ -41,6 +41,8 @@ def run(request):
     for fd, name in ((1, "stdout"), (2, "stderr")):
         os.dup2(os.open(request[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    # the run's PYTHONPATH after the script's directory, as Python puts it (the zygote started without one)
+    sys.path[1:1] = [path for path in os.environ.get("PYTHONPATH", "").split(os.pathsep) if path]
     args = request["argv"][1:]
     code = 0
     try:
