@@ -63,7 +63,8 @@ def test_the_installed_scanrl_is_this_checkout():
     found = subprocess.run([sys.executable, "-c", "import scanrl; print(scanrl.__file__)"], cwd="/",
                            capture_output=True, text=True, env={k: v for k, v in os.environ.items()
                                                                  if k != "PYTHONPATH"})
-    assert found.returncode == 0, f"scanrl is not installed: pip install -r requirements-dev.txt -e . ({found.stderr})"
+    assert found.returncode == 0, (f"scanrl is not installed: pip install --no-compile -r requirements-dev.txt -e . "
+                                   f"({found.stderr})")
     assert Path(found.stdout.strip()).parent == ROOT / "scanrl", (
         f"the installed scanrl is {found.stdout.strip()}, not this checkout's: pip install -e .")
 
