@@ -120,7 +120,7 @@ _OUR_ENVS = {
 
 
 # The optional suites, one adapter module each in envs/ (see envs/suite.py); each imports its suite only in its make.
-SUITES = ("brax", "craftax", "xminigrid", "playground")
+SUITES = ("gymnasium_mujoco", "brax", "craftax", "xminigrid", "playground")
 
 
 def _suites():
