@@ -3,17 +3,17 @@ exclusively) or taken over by --resume, owned (`files.RunLock`) to the run's end
 
 import csv
 import dataclasses
+import errno
 import json
 import os
 import shutil
-import stat
 import time
 
 import jax
 import numpy as np
 
 from scanrl.harness.agents import broadcast
-from scanrl.harness.files import RunLock, open_regular, replaced
+from scanrl.harness.files import RunLock, foreign_folder, open_regular, replaced
 from scanrl.harness.flags import ConfigError, point_label
 from scanrl.harness.metrics import MetricsCsv
 
@@ -24,6 +24,7 @@ class RunDirectory:
     def __init__(self, name, config, points, lead):
         """`name`: the algorithm's (its runs' names and config.json's "algo")."""
         self.name, self.config, self.points, self.lead = name, config, points, lead
+        os.umask(os.umask(0) | 0o022)  # what the run makes (on the way to its directory too) is no one else's to write
         if config.resume is not None:
             self.path = config.resume  # its real path (`resume.resumed`)
             self.run_name = os.path.basename(os.path.normpath(self.path))
@@ -44,6 +45,13 @@ class RunDirectory:
         self.sweep = len(points) > 1
         self.labels = [point_label(p) for p in points]  # the points' names, and a sweep's folders
         self.point_dirs = [os.path.join(self.path, label) if self.sweep else self.path for label in self.labels]
+
+    def check(self):
+        """OSError (ESTALE) unless the run directory is still the one this run claimed (`RunLock.held`): checked
+        before each chunk's writes, so nothing goes where a directory moved or replaced since then would lead."""
+        if self.lock is not None and not self.lock.held():
+            raise OSError(errno.ESTALE, "it is no longer the run directory this run claimed (it was moved, or "
+                          "replaced by a link or another folder)", self.path)
 
     def release(self):
         if self.lock is not None:
@@ -95,6 +103,8 @@ def columns_kept(path, keys) -> tuple:
 def claim_run_directory(path, config_json) -> str:
     """Creates the run directory `path` (or takes an empty one) and its config.json, exclusively: of two runs started
     at once with one name, one gets it. -> "" if claimed, else the error line."""
+    if not os.path.lexists(path) and (foreign := foreign_folder(path)):  # a folder above it others can rename in
+        return f"run directory {path} {foreign}"
     try:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)  # the out dir: a link the user named is theirs
         try:
@@ -115,17 +125,6 @@ def claim_run_directory(path, config_json) -> str:
         return f"run directory {path} exists and is not empty; choose another --run-name, or --resume it"
     except OSError as error:
         return f"cannot create the run directory {path}: {error.strerror}; choose another --out-dir"
-    return ""
-
-
-def foreign_folder(path) -> str:
-    """"" if the folder at `path` is this user's and no one else can write in it, else what is wrong: another user who
-    can write in it could swap its subfolders (checkpoints/) for links, and the run would write wherever those lead."""
-    status = os.lstat(path)
-    if status.st_uid != os.geteuid():
-        return f"is owned by uid {status.st_uid}, not this user (uid {os.geteuid()})"
-    if status.st_mode & 0o022:
-        return f"is writable by others (mode {stat.S_IMODE(status.st_mode):#o}; chmod go-w it if it is yours)"
     return ""
 
 
