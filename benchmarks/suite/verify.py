@@ -165,6 +165,9 @@ def verify(e: Entry, records, out_dir, seeds=None) -> int:
     if record is None:
         raise SuiteError(f"--verify {e.name}: no record at {shown(path or 'none')}: nothing to check against (a "
                          "record is written by a full run or with --record)")
+    if record["config"].get("sweep"):  # its points trained, then its summary held no eval return: a KeyError
+        raise SuiteError(f"{shown(path)}: its run is a sweep (--sweep {' '.join(map(str, record['config']['sweep']))}"
+                         "), whose summary ranks points: --verify checks one run's eval return; nothing was run")
     old = aggregate.summarize([np.nan if v is None else v for v in record["summary"]["eval_return"]])
     if old["n"] == 0:
         raise SuiteError(f"{shown(path)}: no seed has an eval return, so the record has no interval to check "
