@@ -129,19 +129,24 @@ class RunLock(contextlib.AbstractContextManager):
                 os.close(fd)
                 raise ConfigError(f"{which}: another process (pid {owner}) is training in {run_dir}; wait for it to "
                                   f"end or stop it, then --resume it") from None
-            if self.held(fd):
+            with contextlib.suppress(OSError):
+                self.check(fd)
                 break
             os.close(fd)  # the owner released (and removed) it between our open and our lock: take the new one
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self.fd = fd
 
-    def held(self, fd=None) -> bool:
-        """Whether <run dir>/.lock is, by that one name, the file this owner locked: the run directory is the same."""
+    def check(self, fd=None):
+        """OSError (ESTALE) unless <run dir>/.lock is, by that one name, the file this owner locked (`fd`): checked
+        before each chunk's writes, so that a run writes only in the directory it claimed, never where one moved or
+        replaced since would lead."""
         status = os.fstat(self.fd if fd is None else fd)
         with contextlib.suppress(OSError):
-            return status.st_nlink == 1 and os.path.samestat(status, os.stat(self.path, follow_symlinks=False))
-        return False
+            if status.st_nlink == 1 and os.path.samestat(status, os.stat(self.path, follow_symlinks=False)):
+                return
+        raise OSError(errno.ESTALE, "it is no longer the run directory this run claimed (it was moved, or replaced "
+                      "by a link or another folder)", os.path.dirname(self.path))
 
     def release(self):
         if self.fd is None:

@@ -212,7 +212,7 @@ def train_chunks(job, compiled, runner, history, done, checkpoints, run_dir, pro
         with collective("a chunk's checkpoint"):
             checkpoints.wait()
         if job.lead:
-            run_dir.check()  # the rows, and the next checkpoint, go to the directory the run claimed or nowhere
+            run_dir.lock.check()  # the rows, and the next checkpoint, go to the directory the run claimed or nowhere
             if pending is not None:
                 run_dir.append_metrics(*pending)
 

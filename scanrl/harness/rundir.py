@@ -3,7 +3,6 @@ exclusively) or taken over by --resume, owned (`files.RunLock`) to the run's end
 
 import csv
 import dataclasses
-import errno
 import json
 import os
 import shutil
@@ -45,13 +44,6 @@ class RunDirectory:
         self.sweep = len(points) > 1
         self.labels = [point_label(p) for p in points]  # the points' names, and a sweep's folders
         self.point_dirs = [os.path.join(self.path, label) if self.sweep else self.path for label in self.labels]
-
-    def check(self):
-        """OSError (ESTALE) unless the run directory is still the one this run claimed (`RunLock.held`): checked
-        before each chunk's writes, so nothing goes where a directory moved or replaced since then would lead."""
-        if self.lock is not None and not self.lock.held():
-            raise OSError(errno.ESTALE, "it is no longer the run directory this run claimed (it was moved, or "
-                          "replaced by a link or another folder)", self.path)
 
     def release(self):
         if self.lock is not None:
