@@ -61,8 +61,8 @@ class SuiteError(Exception):
 
 
 class SuiteStopped(Exception):
-    """A script's run that SIGINT or SIGTERM stopped (the runner passed the signal on and waited for the script to
-    stop with its checkpoint): one line, exit 1."""
+    """A script's run that SIGINT, SIGTERM or SIGHUP stopped (the runner passed the signal on and waited for the script
+    to stop with its checkpoint): one line, exit 1."""
 
 
 # Normalisation per env: (low, high, where high comes from). low: a uniformly random policy's mean return over 1,000

@@ -194,7 +194,7 @@ def run_passing_signals(cmd, head) -> tuple[int, signal.Signals | None]:
 def train_entry(e: Entry, out_dir, run_dir, head, this_machine) -> bool:
     """Runs the entry's script (fresh, or --resume where its run stopped) and, once it has finished, writes the
     runner's notes beside it (MACHINE_FILE: the machine, where the numbers come from, the wall time); -> whether it
-    finished. SuiteStopped where SIGINT or SIGTERM came (passed on to the script), once the script has ended."""
+    finished. SuiteStopped where SIGINT, SIGTERM or SIGHUP came (passed on to the script), once the script has ended."""
     cmd = command(e, out_dir, run_dir)
     resumed = "--resume" in cmd
     print(f"{head}: {'resuming' if resumed else 'running'}: python {' '.join(cmd[1:])}", flush=True)
@@ -245,7 +245,7 @@ def record_run(e: Entry, run_dir, records, head) -> bool:
 def run_entries(entries, out_dir, records=None, write_records=True) -> list[str]:
     """Runs each entry that has neither a summary.json nor a record in `records` yet (fresh or resumed), recording
     each finished run there (None: none; `write_records` False: the records are read, not written); -> the names
-    that failed. SuiteStopped where SIGINT or SIGTERM stopped a run (passed on to its script)."""
+    that failed. SuiteStopped where SIGINT, SIGTERM or SIGHUP stopped a run (passed on to its script)."""
     os.makedirs(out_dir, exist_ok=True)
     for e in entries:  # refuse a link, a mismatched directory or record before spending time on any run
         if os.path.lexists(os.path.join(out_dir, e.name)):

@@ -159,8 +159,8 @@ def verify_command(e: Entry, record, path, out_dir, run_name, seeds) -> tuple[li
 def verify(e: Entry, records, out_dir, seeds=None) -> int:
     """Trains `e` again from its record in `records` into a new run directory under `out_dir`, then prints the one
     line; -> 0 if the new IQM is inside the record's interval, 1 if not (or the run failed). SuiteError, before
-    anything runs, where the entry has no record or one that cannot be verified; SuiteStopped where SIGINT or SIGTERM
-    stopped the run (passed on to its script)."""
+    anything runs, where the entry has no record or one that cannot be verified (a sweep's among them); SuiteStopped
+    where SIGINT, SIGTERM or SIGHUP stopped the run (passed on to its script)."""
     record, path = read_record(e, records), record_path(records, e)
     if record is None:
         raise SuiteError(f"--verify {e.name}: no record at {shown(path or 'none')}: nothing to check against (a "
