@@ -1,6 +1,7 @@
 """The run directory, written by process 0 only: <out-dir>/<run-name>/ claimed by a new run (config.json written first,
 exclusively) or taken over by --resume, owned (`files.RunLock`) to the run's end; its points' folders, metrics.csv."""
 
+import contextlib
 import csv
 import dataclasses
 import json
@@ -50,10 +51,12 @@ class RunDirectory:
             self.lock.release()
 
     def give_up(self):
-        """A new run that cannot start (it does not fit in memory) leaves no directory."""
+        """A new run that cannot start (it does not fit in memory) leaves no directory (its own: `RunLock.check`)."""
         if self.lead and self.config.resume is None:
-            self.release()
-            shutil.rmtree(self.path, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                self.lock.check()
+                self.release()
+                shutil.rmtree(self.path, ignore_errors=True)
 
     def open_metrics(self, keys, history=None):
         """Starts each point's metrics.csv; a resumed run's is rebuilt from `history` (its checkpoint's metrics),
