@@ -19,9 +19,11 @@ a kill) is continued with the script's `--resume`. A run directory made with ano
 value of one of the entry's flags is refused (exit 2): delete it or choose another --out-dir; so is a link at an
 entry's run directory (a script's --resume would follow it and train in the folder it points to). Run directories go
 to runs/learning/<suite>/ (git-ignored). Entries marked GPU-only are skipped, with a message, where JAX sees no GPU.
-SIGINT (Ctrl-C) or SIGTERM to the runner is passed on to the script it runs (in a process group of its own, so a
-Ctrl-C reaches it once), which stops where its chunk ends, with a checkpoint; the runner waits for it, then exits 1
-with one line, and the same command resumes it.
+SIGINT (Ctrl-C), SIGTERM or SIGHUP (the terminal closing: as SIGTERM) to the runner is passed on to the script it runs
+(in a process group of its own, so a Ctrl-C reaches it once), which stops where its chunk ends, with a checkpoint; the
+runner waits for it, then exits 1 with one line, and the same command resumes it. A runner killed otherwise (kill -9)
+stops its script so too: it never trains on unrecorded. An entry's flags may not place its run (--out-dir,
+--run-name, the runner's own flags) or make it other than one new run (--resume, --eval, --sweep).
 
 A full run (neither --only nor --out-dir), or any run given --record, also writes the committed files: each finished
 run's record, benchmarks/results/records/<suite>/<entry>.json (its config, summary, wall time and binned curve, a few

@@ -131,19 +131,26 @@ def test_a_checkpoint_orbax_did_not_write_is_passed_over_without_waiting_or_a_tr
     assert "Traceback" not in captured.err + captured.out and "Exception ignored" not in captured.err
 
 
-def test_resume_moves_aside_a_file_at_a_checkpoints_name(finished_runs, tmp_path, capsys):
+@pytest.mark.parametrize("planted", ["a FIFO", "a link"])
+def test_resume_moves_aside_a_file_or_link_at_a_checkpoints_name(planted, finished_runs, tmp_path, capsys):
     """A FIFO named as a step in checkpoints/ (orbax lists only folders): the save of that step removed it first, and
-    waited on it forever. --resume sets it aside with a warning."""
+    waited on it forever; a link there, to another run's checkpoint, was called damaged. --resume sets either aside
+    with a warning that says what it is, and goes on from the run's own newest checkpoint."""
     import ppo
 
     run_dir = copy_run(finished_runs, "ppo", tmp_path)
     (run_dir / "summary.json").unlink()
     shutil.rmtree(run_dir / "checkpoints" / "4")
-    os.mkfifo(run_dir / "checkpoints" / "4")
+    if planted == "a FIFO":
+        os.mkfifo(run_dir / "checkpoints" / "4")
+    else:
+        (run_dir / "checkpoints" / "4").symlink_to(finished_runs["ppo"] / "checkpoints" / "4")
     ppo.main(ppo.Config(resume=str(run_dir)))
     out = capsys.readouterr().out
-    assert f"warning: {run_dir / 'checkpoints' / '4'} is not a folder, so not a checkpoint: it is moved aside" in out
-    assert stat.S_ISFIFO(os.lstat(run_dir / "damaged_checkpoints" / "4").st_mode)
+    assert f"warning: {run_dir / 'checkpoints' / '4'} is not a folder of its own (a file, a link), so not a " \
+           "checkpoint of this run: it is moved aside" in out
+    kind = stat.S_ISFIFO if planted == "a FIFO" else stat.S_ISLNK
+    assert kind(os.lstat(run_dir / "damaged_checkpoints" / "4").st_mode) and "resuming after iteration 3" in out
     assert checkpoint_steps(run_dir)[-1] == 4 and (run_dir / "summary.json").exists()
 
 

@@ -90,8 +90,10 @@ def test_a_cut_last_row_is_dropped_with_a_note(tmp_path, capsys):
 
 
 def test_a_metrics_csv_that_is_not_a_runs_is_one_line(tmp_path, capsys):
-    """A missing column, a cell that is not a number, rows out of the run's order or bytes that are not text: one
-    line naming the file, exit 2 (before: a traceback, or a cell read as another number)."""
+    """A missing column, a cell that is not a number (or an integer past int64: an OverflowError's traceback), rows out
+    of the run's order (seeds, or iterations: drawn without a word), bytes that are not text, a blank line (an
+    IndexError's traceback) or line ends that are not a run's: one line naming the file, exit 2 (before: a traceback,
+    a cell read as another number, or a misleading line)."""
     cases = {
         "no_seed": (WHOLE.replace("seed,", "agent,", 1), " has no seed column (its columns: agent, iteration, "
                                                             "env_steps, episode_return)"),
@@ -105,6 +107,15 @@ def test_a_metrics_csv_that_is_not_a_runs_is_one_line(tmp_path, capsys):
         "bytes": (np.random.default_rng(0).bytes(4096), " is not a metrics.csv a run wrote: 'utf-8' codec can't "
                                                         "decode byte"),
         "empty": ("", " has no rows yet"),
+        "blank": (WHOLE.replace("0,2,", "\r\n0,2,"), ", line 4: a blank line, which a run never writes"),
+        "past_int64": (WHOLE.replace("1,2,200", "99999999999999999999,2,200"),
+                       ", line 5: seed '99999999999999999999' is not an integer (64 bits)"),
+        "out_of_order": (WHOLE.replace(",1,100,", ",1,300,"), ", line 4: env_steps 200 after 300: rows out of their "
+                                                              "iterations' order"),
+        "cr_alone": (WHOLE.replace("\r\n", "\r"), ": its lines end in \\r alone or \\r\\r\\n, not as a run writes them "
+                                                 "(\\r\\n or \\n)"),
+        "cr_twice": (WHOLE.replace("241.0\r\n", "241.0\r\r\n"), ", line 5: a carriage return inside it, which a run "
+                                                                 "never writes"),
     }
     for name, (text, message) in cases.items():
         path = write_rows(tmp_path / name / "metrics.csv", text)
@@ -125,3 +136,17 @@ def test_a_long_run_is_drawn_at_a_bounded_number_of_steps_ending_at_its_last(tmp
     np.testing.assert_array_equal(steps, [100, 1300, 2500, 3800, 5000])  # iterations 1, 13, 25, 38, 50
     assert seeds == 3 and point[-1] == pytest.approx(aggregate.iqm(returns[:, -1]), rel=1e-6)
     assert np.all(low <= point) and np.all(point <= high)
+
+
+def test_a_byte_order_mark_is_read_and_an_infinity_is_drawn_as_no_value_with_a_note(tmp_path, capsys):
+    """A metrics.csv saved by a spreadsheet (a UTF-8 byte-order mark) was refused as having no seed column; an
+    infinite return printed `IQM inf [x, nan]`. The mark is read as none, and an infinity is drawn as no value (as
+    an iteration where no episode ended), with a note naming its line."""
+    path = write_rows(tmp_path / "marked" / "metrics.csv", "\ufeff" + WHOLE.replace("241.0", "inf"))
+    steps, values, note = compare.read_metrics(path)
+    np.testing.assert_array_equal(values, np.array([[NAN, 100, 120], [200, NAN, 263]], np.float32))
+    assert note == (f"note: {path}: episode_return is infinite in 1 row(s), the first at line 5; drawn as no value "
+                    "there")
+    assert compare.main([str(tmp_path / "marked"), "--out", str(tmp_path / "marked.png")]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == (f"{tmp_path / 'marked'}: final episode_return IQM 191.50 "
+                                                       "[120.00, 263.00] over 2 seeds")

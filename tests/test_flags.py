@@ -24,6 +24,7 @@ def test_shared_flags_are_checked_before_anything_is_written(tmp_path):
     config = ppo.Config(out_dir=str(tmp_path / "runs"))
     bad = [
         (dict(env="CartPol-v1"), "--env: unknown env 'CartPol-v1': did you mean CartPole-v1"),
+        (dict(env="brax/halfcheetah:"), "--env: brax/halfcheetah: ends in ':' with nothing after it; name a backend"),
         (dict(num_seeds=-2), "--num-seeds must be a positive integer, got -2"),
         (dict(total_timesteps=0), "--total-timesteps must be a positive integer"),
         (dict(eval_episodes=0), "--eval-episodes must be a positive integer"),

@@ -282,7 +282,8 @@ def test_the_contract_runs_every_check_unless_the_run_failed(capsys):
 
 def test_an_error_in_a_forks_code_is_one_line_naming_its_file_and_line(tmp_path, capsys):
     """A fork that fails, inside a check or as it is imported, is the check's FAIL line (or the error line) with the
-    fork's file:line, not a traceback."""
+    fork's file:line, not a traceback; one that exits as it is imported (sys.exit(0): exit 0, nothing printed, as if
+    it passed) is the error line, exit 1."""
     path = tmp_path / "ppo_bug.py"
     path.write_text("import numpy\n\n\ndef update(runner):\n    return runner / 0\n")
     namespace = {}
@@ -295,6 +296,12 @@ def test_an_error_in_a_forks_code_is_one_line_naming_its_file_and_line(tmp_path,
     with pytest.raises(SystemExit, match=rf"^error: {path} fails as it is imported: AttributeError: module 'numpy' "
                                          rf"has no attribute 'nope' \({path}:3\)$"):
         contract.load_script(path)
+    path.write_text("import sys\n\nsys.exit(0)\n")  # exit 0, nothing printed: the contract seemed to pass
+    with pytest.raises(SystemExit, match=rf"^error: {path} exits as it is imported \(sys.exit\(0\)\): a script "
+                                         r"trains only under `if __name__ == \"__main__\":`, so the contract can "
+                                         r"import it$") as exited:
+        contract.main([str(path)])
+    assert exited.value.code != 0
 
 
 def test_the_contract_fails_a_policy_that_ignores_the_trained_agent(finished_runs, tmp_path):

@@ -438,6 +438,12 @@ def test_bad_arguments_exit_2_with_one_line_before_anything_runs(flags, message,
     (dict(total_timesteps="1000"), "entry 'ppo-cart': total_timesteps is \"1000\", not int"),
     (dict(sampled_episodes=True), "entry 'ppo-cart': sampled_episodes is true, not int"),
     (dict(flags="--lr"), "entry 'ppo-cart': flags is not a list"),
+    (dict(flags=["--out-dir", "elsewhere"]), "entry ppo-cart: its flags give --out-dir, which the runner sets from "
+                                             "the entry (--env, --total-timesteps, --num-seeds, --seed, and the run "
+                                             "in <--out-dir>/ppo-cart) or which would not train that one run: drop it"),
+    (dict(flags=["--num-envs", "8", "--run_name=x"]), "entry ppo-cart: its flags give --run_name, which the runner"),
+    (dict(flags=["--sweep", "learning_rate=1e-3,3e-4"]), "entry ppo-cart: its flags give --sweep, which the runner"),
+    (dict(flags=["--resume", "runs/x"]), "entry ppo-cart: its flags give --resume, which the runner"),
     ("suite named ../..", 'suite name "../.." must be one directory name'),
     ("a FIFO", "not a regular file"),
     ("nested too deeply", "nested too deeply"),
@@ -446,7 +452,8 @@ def test_a_suite_file_that_is_not_a_suite_exits_2_with_one_line(change, wrong, f
                                                                   monkeypatch):
     """A suite file is read as data: a field of another type, a script other than the algo's (a suite file would run
     any program), a name that is no one directory name (a suite's name made its out dir: "../.." wrote beside the
-    repository), a FIFO or nesting no parser takes are one line, before anything runs or is written."""
+    repository), flags that place the run elsewhere or make it no one new run (`--out-dir X` trained it in X), a FIFO
+    or nesting no parser takes are one line, before anything runs or is written."""
     out_dir, entries = fabricated
     path = tmp_path / "suite.json"
     write_suite(path, entries[0])
@@ -627,7 +634,7 @@ def test_the_runner_writes_no_file_through_a_planted_link(tmp_path, monkeypatch)
     (lambda text: json.dumps({"cfg": {}, "sum": {}}), 'it has no "config"'),
     (lambda text: json.dumps({**json.loads(text), "summary": {"num_seeds": 5}}), '"summary" has no "eval_return"'),
     (lambda text: json.dumps({**json.loads(text), "summary": {**json.loads(text)["summary"], "eval_return": "high"}}),
-     '"summary.eval_return" is a string, not a list of numbers'),
+     '"summary.eval_return" is a string, not a list of float32 numbers'),
     (lambda text: json.dumps({**json.loads(text), "run": {"machine": {"cores": 2}}}), '"run.machine" has no "cpu"'),
     (lambda text: json.dumps({**json.loads(text), "run": {"commit": 1234}}), '"run.commit" is a number, not a string'),
     (lambda text: json.dumps({**json.loads(text), "curve": {"env_steps": [1, 2], "episode_return": [[1.0]]}}),
@@ -753,11 +760,12 @@ def test_a_finished_run_without_the_runners_notes_is_not_recorded(fabricated, tm
     assert not records.exists()
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
 def test_a_signal_to_the_runner_is_passed_on_to_its_script(signum, tmp_path, monkeypatch, capfd):
     """SIGINT or SIGTERM sent to the runner alone reaches the script it runs, once (the script runs in a process
-    group of its own: a Ctrl-C at the terminal reaches it through the runner only); the runner waits for it to stop,
-    then exits 1 with one line, and writes nothing of the run."""
+    group of its own: a Ctrl-C at the terminal reaches it through the runner only); SIGHUP (the terminal closed: it
+    killed the runner alone, and the script trained on as an orphan) reaches it as SIGTERM, on which the scripts stop
+    with a checkpoint. The runner waits for it to stop, then exits 1 with one line, and writes nothing of the run."""
     script = tmp_path / "script.py"  # stops on the signal, as the scripts do where a chunk ends, and says how to go on
     script.write_text(
         "import os, signal, sys, time\n"
@@ -796,9 +804,70 @@ def test_a_signal_to_the_runner_is_passed_on_to_its_script(signum, tmp_path, mon
     assert captured.err.strip().splitlines()[-1] == (
         f"error: {name}: ppo-cart stopped (exit 1) with the checkpoints it wrote; run the same command again to "
         "resume it (finished entries are kept); the report was not rewritten")
-    assert (out_dir / e.name / "stopped").read_text() == f"{name}\n"
+    assert (out_dir / e.name / "stopped").read_text() == ("SIGTERM" if signum == signal.SIGHUP else name) + "\n"
     assert int((out_dir / e.name / "started").read_text()) != os.getpgid(0)
     assert not (out_dir / e.name / MACHINE_FILE).exists() and not results.exists()
+
+
+STOPS_ON_SIGTERM = (  # a script that says it started, then waits; on SIGTERM it notes it and exits 143
+    "import os, signal, sys, time\n"
+    "def stop(signum, frame):\n"
+    "    open(sys.argv[1] + '.stopped', 'w').write(signal.Signals(signum).name)\n"
+    "    sys.exit(143)\n"
+    "signal.signal(signal.SIGTERM, stop)\n"
+    "open(sys.argv[1], 'w').write(str(os.getpid()))\n"
+    "time.sleep(60)\n")
+
+
+def test_a_script_stops_when_its_runner_dies(tmp_path):
+    """SIGKILL to the runner (nothing can pass that one on) left its script training as an orphan, and the next run
+    of the suite refused to record it: the script gets SIGTERM when its runner dies, however it dies, and stops (the
+    scripts stop with a checkpoint there, which the next run resumes)."""
+    if sys.platform != "linux":
+        pytest.skip("PR_SET_PDEATHSIG is Linux's")
+    script, started = tmp_path / "script.py", tmp_path / "started"
+    script.write_text(STOPS_ON_SIGTERM)
+    cmd = [sys.executable, str(script), str(started)]
+    runs = f"from benchmarks.suite.runner import run_passing_signals; run_passing_signals({cmd!r}, 'x')"
+    runner_process = subprocess.Popen([sys.executable, "-c", runs], cwd=repository.ROOT)
+    try:
+        for _ in range(600):
+            if started.exists() and started.read_text():
+                break
+            time.sleep(0.05)
+        pid = int(started.read_text())
+    finally:
+        runner_process.kill()
+        runner_process.wait()
+    for _ in range(200):
+        if (tmp_path / "started.stopped").exists():
+            break
+        time.sleep(0.05)
+    assert (tmp_path / "started.stopped").read_text() == "SIGTERM"
+    for _ in range(200):  # gone, not training on
+        if not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split(")")[1].split()[0] == "Z":
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("the script outlived its runner")
+
+
+@pytest.mark.parametrize("code, advice", [
+    (2, "failed (exit 2); the script refused the entry (the line above), as it would again: fix the entry"),
+    (0, "failed (exit 0); it wrote no {run_dir}/summary.json: fix the entry"),
+    (1, "failed (exit 1); run this script again to resume it")])
+def test_a_failed_entry_is_advised_to_run_again_only_where_a_rerun_resumes_it(code, advice, tmp_path, monkeypatch,
+                                                                             capsys):
+    """The runner advised "run this script again to resume it" after the script refused the entry (exit 2), which a
+    rerun repeats, and after a run that exited 0 without its summary: it says so where it cannot help."""
+    script = tmp_path / "script.py"
+    script.write_text(f"import sys; sys.exit({code})\n")
+    e = entry("ppo-cart", "ppo", "ppo.py", "CartPole-v1", 1000, 2)
+    monkeypatch.setattr(runner, "machine", lambda: {"cpu": "a CPU", "cores": 2, "backend": "cpu", "jax": "0"})
+    monkeypatch.setattr(runner, "command", lambda e, out_dir, run_dir, fresh=False: [sys.executable, str(script)])
+    assert run_entries((e,), str(tmp_path / "runs")) == ["ppo-cart"]
+    assert capsys.readouterr().out.splitlines()[-1] == "[1/1] ppo-cart: " + advice.format(
+        run_dir=tmp_path / "runs" / "ppo-cart")
 
 
 def verify_case(fabricated, tmp_path, command=None, **changes):
@@ -816,6 +885,7 @@ def verify_case(fabricated, tmp_path, command=None, **changes):
     write_record(e, str(run_dir), str(records))  # then changed: a run's files of the wrong shape are not recorded
     record = json.loads((records / "ppo-cart.json").read_text())
     record["summary"].update(changes.pop("summary", {}))
+    record["config"].update(changes.pop("config", {}))
     record["run"].update(changes)
     (records / "ppo-cart.json").write_text(json.dumps(record))
     return write_suite(tmp_path / "tiny.json", e), records, records / "ppo-cart.json"
@@ -896,14 +966,23 @@ def test_verify_refuses_a_command_other_than_the_entrys_script(fabricated, tmp_p
     (dict(wall_s="20 s"), 'cannot be read ("run.wall_s" is a string, not a number)'),
     (dict(wall_s=float("inf")), 'cannot be read ("run.wall_s" is Infinity, not a number)'),
     (dict(summary={"eval_return": [1.0, float("nan"), 2.0, 3.0, 4.0]}),
-     'cannot be read ("summary.eval_return" holds NaN, not only numbers (or null))'),
-    (dict(summary={"num_seeds": 0}), 'cannot be read ("summary.num_seeds" is a number, not a positive integer)'),
+     'cannot be read ("summary.eval_return" holds NaN, not only float32 numbers (or null))'),
+    (dict(summary={"num_seeds": 0}), 'cannot be read ("summary.num_seeds" is a number, not a positive integer'),
+    (dict(summary={"num_seeds": 10**30}), 'cannot be read ("summary.num_seeds" is a number, not a positive integer '
+                                          '(up to 2**31 - 1))'),
+    (dict(summary={"eval_return": [1.0, 1e308, 2.0, 3.0, 4.0]}),
+     'cannot be read ("summary.eval_return" holds a number, not only float32 numbers (or null))'),
+    (dict(config={"sweep": ["learning_rate=1e-3,5e-4"]}),
+     "its run is a sweep (--sweep learning_rate=1e-3,5e-4), whose summary ranks points: --verify checks one run's "
+     "eval return; nothing was run"),
     (dict(machine={"cpu": "a CPU", "cores": "two", "jax": "0"}),
      'cannot be read ("run.machine.cores" is a string, not a positive integer)'),
 ])
 def test_verify_checks_every_record_field_before_training(fabricated, tmp_path, monkeypatch, capsys, changes, wrong):
-    """A damaged record (no finite eval return, hence no interval; a string or non-finite number; a count of 0) is
-    refused in one line naming it before anything trains, not with a traceback after training the entry again."""
+    """A damaged record (no finite eval return, hence no interval; a string or non-finite number; a count of 0 or
+    past what a script takes; a return past float32's, which overflowed the IQM) is refused in one line naming it
+    before anything trains, not with a traceback after training the entry again; so is a sweep's record (its points
+    trained, then a KeyError: a sweep's summary holds no eval return of one run)."""
     suite, records, path = verify_case(fabricated, tmp_path, **changes)
     no_script_runs(monkeypatch)
     args = learning.Args(suite_file=suite, verify="ppo-cart", records=str(records), out_dir=str(tmp_path / "v"))

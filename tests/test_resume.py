@@ -111,6 +111,24 @@ def test_a_foreign_or_damaged_config_json_is_one_error_line(field, value, finish
         assert field in err[0] or field.replace("_", "-") in err[0] or field == "algo", (flag, err)
 
 
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000,
+                                  '{"algo": "ppo", "env": ' + "[" * 100_000 + "]" * 100_000 + "}"],
+                         ids=["list", "field"])
+def test_a_config_json_nested_too_deeply_is_one_error_line(text, finished_runs, tmp_path, capsys):
+    """A config.json nested 100,000 levels deep (the JSON parser's RecursionError) was a 30-line traceback on --eval
+    and --resume: one line naming it, exit 2, nothing changed."""
+    import ppo
+
+    run_dir = copy_run(finished_runs, "ppo", tmp_path)
+    (run_dir / "config.json").write_text(text)
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    for flag in ("eval", "resume"):
+        code, err = exit_code_and_error(capsys, ppo.main, ppo.Config(**{flag: str(run_dir)}))
+        assert code == 2 and err == [f"error: --{flag}: {run_dir / 'config.json'} is missing or unreadable; is "
+                                     f"{run_dir} a run directory of ppo.py?"], (flag, err)
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
 def test_resume_takes_logging_flags_given_at_their_defaults(finished_runs, tmp_path):
     """A run directory saved with --track (someone else's, say) resumes with --no-track: a flag the command line
     names wins, although it equals the default."""
@@ -204,3 +222,23 @@ def test_a_fifo_or_link_where_a_run_reads_back_is_one_line_never_waited_on(tmp_p
     os.mkfifo(run_dir / "checkpoints")
     with pytest.raises(harness.ConfigError, match=r"^--eval: .*/checkpoints is not a folder; move it away"):
         require_checkpoint_folder(str(run_dir), "--eval")
+
+
+def test_resume_refuses_a_checkpoints_folder_others_can_write_in(tmp_path):
+    """A checkpoints/ another user made, or one others can write in, inside one's own run directory was used by
+    --resume: its owner could put links among the steps the run writes. Refused in one line, as a run directory of
+    theirs is; --eval, which only reads, reads it."""
+    from scanrl.harness.resume import require_checkpoint_folder
+
+    folder = tmp_path / "run" / "checkpoints"
+    folder.mkdir(parents=True)
+    folder.chmod(0o777)
+    with pytest.raises(harness.ConfigError, match=r"^--resume: .*/checkpoints is writable by others \(mode 0o777; "
+                                                  r"chmod go-w it if it is yours\); move it away"):
+        require_checkpoint_folder(str(tmp_path / "run"), "--resume")
+    assert require_checkpoint_folder(str(tmp_path / "run"), "--eval") == str(folder)
+    folder.chmod(0o755)
+    if os.geteuid() == 0:  # only root can give a folder away
+        os.chown(folder, 65534, 65534)
+        with pytest.raises(harness.ConfigError, match=r"checkpoints is owned by uid 65534, not this user"):
+            require_checkpoint_folder(str(tmp_path / "run"), "--resume")

@@ -5,6 +5,8 @@ import json
 import os
 import subprocess
 import sys
+import types
+from pathlib import Path
 
 import pytest
 from cases import CASES, cli_flags, read_csv
@@ -141,3 +143,92 @@ def test_resume_through_a_link_the_user_names_says_where_it_leads(finished_runs,
     out = capsys.readouterr().out
     assert f"--resume {tmp_path / 'latest'} leads through a link to {run_dir}: resuming {run_dir}" in out
     assert f"{run_dir} is finished" in out
+
+
+def test_a_run_directory_others_could_move_is_refused_before_anything_is_written(tmp_path):
+    """In a folder every user can write in without the sticky bit (0o777), another user could rename the run
+    directory and put a link in its place, and the run wrote on through it (checkpoints, metrics rows) into their
+    folder. Such a folder anywhere above the run directory, named or reached through a link, is refused by a new run
+    and by --resume, before anything is written; with the sticky bit (1777, as /tmp) the kernel refuses them the
+    rename, and the run is claimed."""
+    from scanrl.harness import ConfigError
+    from scanrl.harness.rundir import RunDirectory, claim_run_directory
+
+    shared, own = tmp_path / "shared", tmp_path / "own"
+    shared.mkdir()
+    own.mkdir()
+    shared.chmod(0o777)
+    (shared / "link").symlink_to(own)
+    (own / "link").symlink_to(shared)
+    refusal = (" lies in {}, which every user can write in, without the sticky bit (mode 0o777): another user could "
+               f"move it away and put a link in its place; chmod +t {shared} (as /tmp is), or use a folder of your own")
+    for path in (shared / "runs" / "a", shared / "link" / "a", own / "link" / "a"):
+        assert claim_run_directory(str(path), {}) == f"run directory {path}" + refusal.format(shared)
+    assert os.listdir(shared) == ["link"] and os.listdir(own) == ["link"]  # nothing made, in either
+    run_dir = own / "run"
+    assert claim_run_directory(str(run_dir), {"algo": "ppo"}) == ""
+    os.rename(run_dir, shared / "run")  # a run made elsewhere, moved there: not resumed there either
+    config = types.SimpleNamespace(resume=str(shared / "run"))
+    with pytest.raises(ConfigError, match=r"^--resume: the run directory .* lies in .*without the sticky bit"):
+        RunDirectory("ppo", config, [{}], lead=True)
+    shared.chmod(0o1777)
+    assert claim_run_directory(str(shared / "runs" / "b"), {}) == ""
+    RunDirectory("ppo", config, [{}], lead=True).release()
+
+
+def test_the_folders_a_run_makes_are_no_one_elses_to_write_whatever_the_umask(tmp_path, monkeypatch):
+    """Under umask 000 the folders made on the way to the run directory were 0777 and its files 0666: a run built
+    the shared folder others could swap it in. A run makes every folder 0755 and file 0644 at most."""
+    import ppo
+    from scanrl.harness.rundir import RunDirectory
+
+    config = ppo.Config(**{**CASES["ppo"][1], "num_seeds": 1, "out_dir": str(tmp_path / "a" / "b"), "run_name": "r"})
+    old = os.umask(0)
+    try:
+        run_dir = RunDirectory(ppo.ALGORITHM.name, config, [{}], lead=True)
+        with open(os.path.join(run_dir.path, "written"), "w"):  # as orbax and every writer of a run open files
+            pass
+        run_dir.release()
+    finally:
+        os.umask(old)
+    modes = {p.relative_to(tmp_path): p.stat().st_mode & 0o777 for p in (tmp_path / "a").rglob("*")}
+    assert modes == {Path("a/b"): 0o755, Path("a/b/r"): 0o755, Path("a/b/r/config.json"): 0o644,
+                     Path("a/b/r/written"): 0o644}
+
+
+def test_a_run_directory_moved_or_replaced_while_it_trains_stops_the_run_and_nothing_goes_where_it_leads(
+        finished_runs, tmp_path, capsys, monkeypatch):
+    """Whoever can still rename it (the user, a group member, the owner of a folder above), a run directory moved
+    away and replaced by a link between two chunks' writes led the rows and checkpoints into the link's folder. The
+    run checks before each chunk's writes that its directory is the one it claimed (its lock file, by that one
+    name): it stops in one line (exit 1), nothing written where the link leads, and once the directory is back,
+    --resume finishes it to the uninterrupted run's metrics."""
+    from cases import exit_code_and_error, tiny_config
+
+    from scanrl.harness.checkpoints import Checkpoints
+
+    module, config = tiny_config("tabular_q", tmp_path / "runs", run_name="r")
+    run_dir, moved, elsewhere = tmp_path / "runs" / "r", tmp_path / "moved", tmp_path / "elsewhere"
+    (elsewhere / "checkpoints").mkdir(parents=True)
+    (elsewhere / "metrics.csv").write_text("")
+    save = Checkpoints.save
+
+    def save_then_swap(self, *args):
+        save(self, *args)
+        if not moved.exists():  # after the first chunk's checkpoint, as another user would wait for it
+            self.wait()
+            os.rename(run_dir, moved)
+            run_dir.symlink_to(elsewhere)
+
+    monkeypatch.setattr(Checkpoints, "save", save_then_swap)
+    code, err = exit_code_and_error(capsys, module.main, config)
+    assert code == 1 and err == [
+        f"error: cannot write {run_dir}: it is no longer the run directory this run claimed (it was moved, or "
+        "replaced by a link or another folder); training stopped, the checkpoints written so far are kept; put it "
+        f"back, then continue with: python dqn_tabular_q.py --resume {run_dir}"]
+    assert (elsewhere / "metrics.csv").read_text() == "" and not any((elsewhere / "checkpoints").iterdir())
+    monkeypatch.undo()
+    run_dir.unlink()
+    os.rename(moved, run_dir)
+    module.main(module.Config(resume=str(run_dir)))
+    assert read_csv(run_dir / "metrics.csv") == read_csv(finished_runs["tabular_q"] / "metrics.csv")

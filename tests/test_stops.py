@@ -314,3 +314,7 @@ def test_a_failed_write_names_the_file_and_what_fixes_it():
                       "/r/damaged_checkpoints")
     assert "; move it away (the run makes its own), then continue with: python ppo.py --resume /r" in \
         str(write_failed(planted, "ppo.py", "/r", "CartPole-v1"))
+    limited = OSError(0, "File too large", "/r/checkpoints")  # ulimit -f, as orbax's error says it
+    assert str(write_failed(limited, "ppo.py", "/r", "CartPole-v1")) == (
+        "error: cannot write /r/checkpoints: File too large; training stopped, the checkpoints written so far are "
+        "kept; raise the file-size limit (ulimit -f), then continue with: python ppo.py --resume /r")

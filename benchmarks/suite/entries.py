@@ -61,8 +61,8 @@ class SuiteError(Exception):
 
 
 class SuiteStopped(Exception):
-    """A script's run that SIGINT or SIGTERM stopped (the runner passed the signal on and waited for the script to
-    stop with its checkpoint): one line, exit 1."""
+    """A script's run that SIGINT, SIGTERM or SIGHUP stopped (the runner passed the signal on and waited for the script
+    to stop with its checkpoint): one line, exit 1."""
 
 
 # Normalisation per env: (low, high, where high comes from). low: a uniformly random policy's mean return over 1,000
@@ -180,12 +180,25 @@ def check_name(name, what):
         raise SuiteError(f"{what} {json.dumps(name)} must be one directory name, with no control character")
 
 
+# The flags an entry's `flags` may not give: those the runner sets from the entry's fields, and those that would not
+# train one new run in <--out-dir>/<entry name> (another folder or name, a saved run resumed or evaluated, a sweep's
+# points, which no summary of one run holds). `--out-dir X` in an entry's flags trained the run in X.
+PLACED = ("env", "total_timesteps", "num_seeds", "seed", "out_dir", "run_name", "resume", "eval", "eval_sampled",
+          "seed_index", "gif", "sweep")
+
+
 def check_entries(entries):
     """SuiteError unless the names are distinct directory names, each algo label is known and its script is the
-    label's (a suite file names no other program to run), and the counts are positive."""
+    label's (a suite file names no other program to run), the counts are positive and the flags leave where and how
+    its run trains to the runner (`PLACED`)."""
     names = [e.name for e in entries]
     for e in entries:
         check_name(e.name, "entry name")
+        for word in e.flags:
+            if word.startswith("--") and word[2:].partition("=")[0].replace("-", "_") in PLACED:
+                raise SuiteError(f"entry {e.name}: its flags give {shown_text(word.partition('=')[0])}, which the "
+                                 "runner sets from the entry (--env, --total-timesteps, --num-seeds, --seed, and the "
+                                 f"run in <--out-dir>/{e.name}) or which would not train that one run: drop it")
         if e.algo not in SCRIPT_ALGO:
             raise SuiteError(f"entry {e.name}: algo {json.dumps(e.algo)} is not one of {', '.join(SCRIPT_ALGO)}")
         if e.script != f"{SCRIPT_ALGO[e.algo]}.py":

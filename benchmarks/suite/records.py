@@ -184,19 +184,25 @@ def _kind(value) -> str:
             float: "a number"}.get(type(value), type(value).__name__)
 
 
-def _number(value, null=False) -> bool:
-    """A finite number (or, with `null`, None): NaN and Infinity are no number a record can hold."""
+FLOAT32_MAX = 3.4028234663852886e38  # a return the scripts record (float32) lies within it; 1e308 overflowed the IQM
+
+
+def _number(value, null=False, bound=math.inf) -> bool:
+    """A finite number (or, with `null`, None) of at most `bound` in size: NaN and Infinity are no number a record can
+    hold."""
     if null and value is None:
         return True
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and \
+        abs(value) <= bound
 
 
-def _numbers(value, null=False) -> bool:
-    return isinstance(value, list) and all(_number(v, null) for v in value)
+def _numbers(value, null=False, bound=math.inf) -> bool:
+    return isinstance(value, list) and all(_number(v, null, bound) for v in value)
 
 
 def _count(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+    """A positive integer that a script's count flags take (at most 2**31 - 1: --num-seeds 10**30 is refused)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 2**31 - 1
 
 
 def _integers(value) -> bool:
@@ -213,9 +219,11 @@ def _is(kind):
 
 # A record's fields that the runner, the report and --verify read, as (key, required, kind, check): a required key must
 # be there (null only where its check allows); another may be absent or null (a record made before it was kept).
-SUMMARY_FIELDS = (("eval_return", True, "a list of numbers (or null)", lambda v: _numbers(v, null=True)),
-                  ("final_return", True, "a list of numbers (or null)", lambda v: _numbers(v, null=True)),
-                  ("num_seeds", True, "a positive integer", _count),
+SUMMARY_FIELDS = (("eval_return", True, "a list of float32 numbers (or null)",
+                   lambda v: _numbers(v, null=True, bound=FLOAT32_MAX)),
+                  ("final_return", True, "a list of float32 numbers (or null)",
+                   lambda v: _numbers(v, null=True, bound=FLOAT32_MAX)),
+                  ("num_seeds", True, "a positive integer (up to 2**31 - 1)", _count),
                   ("env_steps", True, "a number", _number),
                   ("train_s", True, "a number (or null)", lambda v: _number(v, null=True)),
                   ("compile_s", True, "a number (or null)", lambda v: _number(v, null=True)),

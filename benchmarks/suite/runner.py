@@ -1,6 +1,7 @@
 """Running a suite's entries: each through its script's command line in a subprocess, as a user runs it (fresh, or
 resumed where it stopped), nothing finished run again, each finished run recorded."""
 
+import contextlib
 import datetime
 import importlib.metadata
 import importlib.util
@@ -142,26 +143,42 @@ def evaluate_sampled(e: Entry, run_dir, head) -> bool:
     return True
 
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# SIGHUP: the terminal closed. The script, in a process group of its own, hears it only through the runner, as SIGTERM
+# (the scripts stop on SIGINT and SIGTERM where a chunk ends, with a checkpoint).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# `python -c STOP_WITH_RUNNER RUNNER_PID CMD...` runs CMD (a script's command line) in a process that gets SIGTERM when
+# the runner dies, however it dies (SIGKILL, which no one can pass on, too): Linux's PR_SET_PDEATHSIG, which exec keeps.
+# The script stops then as on a signal passed on, with a checkpoint, never training on with no runner to record it; one
+# whose runner is gone already does not start. (Set there, not between fork and exec: a fork of this process, which
+# imported JAX, warns of deadlocks.)
+STOP_WITH_RUNNER = ("import ctypes, os, signal, sys\n"
+                    "if sys.platform == 'linux':\n"
+                    "    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG\n"
+                    "if os.getppid() != int(sys.argv[1]):\n"
+                    "    sys.exit(1)\n"
+                    "os.execv(sys.argv[2], sys.argv[2:])\n")
 
 
 def run_passing_signals(cmd, head) -> tuple[int, signal.Signals | None]:
-    """Runs a script's command line to its end, passing SIGINT and SIGTERM on to it: -> (its exit code, the first
-    signal passed on, or None). The script runs in a process group of its own, so a Ctrl-C at the terminal reaches it
-    once, through this process, as a signal sent to this process alone does: the scripts stop where a chunk ends, with
-    a checkpoint (a second signal: at once), and nothing trains on with no one waiting for it."""
+    """Runs a script's command line to its end, passing SIGINT, SIGTERM and SIGHUP (as SIGTERM) on to it: -> (its exit
+    code, the first signal passed on, or None). The script runs in a process group of its own, so a Ctrl-C at the
+    terminal reaches it once, through this process, as a signal sent to this process alone does: the scripts stop
+    where a chunk ends, with a checkpoint (a second signal: at once); and it stops so when this process dies
+    (`STOP_WITH_RUNNER`): nothing trains on with no one waiting for it."""
     received = []
     previous = {s: signal.signal(s, lambda signum, frame: received.append(signum)) for s in STOP_SIGNALS}
     try:
-        process = subprocess.Popen(cmd, cwd=repository.ROOT, process_group=0)
+        process = subprocess.Popen([sys.executable, "-c", STOP_WITH_RUNNER, str(os.getpid()), *cmd],
+                                   cwd=repository.ROOT, process_group=0)
         passed = 0
         while True:
             for signum in received[passed:]:  # passed on here, not in the handler: each once, to a started script
-                process.send_signal(signum)
+                process.send_signal(signal.SIGTERM if signum == signal.SIGHUP else signum)
                 if not passed:
                     name = signal.Signals(signum).name
-                    print(f"{head}: {name} passed on to the script: it stops where its chunk ends, with a checkpoint "
-                          f"({name} again: at once)", flush=True)
+                    with contextlib.suppress(OSError):  # SIGHUP: the terminal may be gone
+                        print(f"{head}: {name} passed on to the script: it stops where its chunk ends, with a "
+                              f"checkpoint ({name} again: at once)", flush=True)
                 passed += 1
             try:
                 code = process.wait(timeout=0.1)
@@ -177,7 +194,7 @@ def run_passing_signals(cmd, head) -> tuple[int, signal.Signals | None]:
 def train_entry(e: Entry, out_dir, run_dir, head, this_machine) -> bool:
     """Runs the entry's script (fresh, or --resume where its run stopped) and, once it has finished, writes the
     runner's notes beside it (MACHINE_FILE: the machine, where the numbers come from, the wall time); -> whether it
-    finished. SuiteStopped where SIGINT or SIGTERM came (passed on to the script), once the script has ended."""
+    finished. SuiteStopped where SIGINT, SIGTERM or SIGHUP came (passed on to the script), once the script has ended."""
     cmd = command(e, out_dir, run_dir)
     resumed = "--resume" in cmd
     print(f"{head}: {'resuming' if resumed else 'running'}: python {' '.join(cmd[1:])}", flush=True)
@@ -190,8 +207,11 @@ def train_entry(e: Entry, out_dir, run_dir, head, this_machine) -> bool:
     if stop and not finished:
         raise SuiteStopped(f"{stop.name}: {e.name} stopped (exit {code}) with the checkpoints it wrote; run the same "
                            "command again to resume it (finished entries are kept); the report was not rewritten")
-    if not finished:
-        print(f"{head}: failed (exit {code}); run this script again to resume it", flush=True)
+    if not finished:  # exit 2: the script refused the entry's flags (its line above), which a rerun would repeat
+        print(f"{head}: failed (exit {code}); " + (
+            "the script refused the entry (the line above), as it would again: fix the entry" if code == 2 else
+            f"it wrote no {shown(os.path.join(run_dir, 'summary.json'))}: fix the entry" if code == 0 else
+            "run this script again to resume it"), flush=True)
         return False
     notes = {"machine": this_machine, **origin, "seeds": list(range(e.seed, e.seed + e.num_seeds)), "wall_s": wall_s,
              "resumed": resumed, "finished": datetime.datetime.now().isoformat(timespec="seconds")}
@@ -225,7 +245,7 @@ def record_run(e: Entry, run_dir, records, head) -> bool:
 def run_entries(entries, out_dir, records=None, write_records=True) -> list[str]:
     """Runs each entry that has neither a summary.json nor a record in `records` yet (fresh or resumed), recording
     each finished run there (None: none; `write_records` False: the records are read, not written); -> the names
-    that failed. SuiteStopped where SIGINT or SIGTERM stopped a run (passed on to its script)."""
+    that failed. SuiteStopped where SIGINT, SIGTERM or SIGHUP stopped a run (passed on to its script)."""
     os.makedirs(out_dir, exist_ok=True)
     for e in entries:  # refuse a link, a mismatched directory or record before spending time on any run
         if os.path.lexists(os.path.join(out_dir, e.name)):

@@ -159,12 +159,15 @@ def verify_command(e: Entry, record, path, out_dir, run_name, seeds) -> tuple[li
 def verify(e: Entry, records, out_dir, seeds=None) -> int:
     """Trains `e` again from its record in `records` into a new run directory under `out_dir`, then prints the one
     line; -> 0 if the new IQM is inside the record's interval, 1 if not (or the run failed). SuiteError, before
-    anything runs, where the entry has no record or one that cannot be verified; SuiteStopped where SIGINT or SIGTERM
-    stopped the run (passed on to its script)."""
+    anything runs, where the entry has no record or one that cannot be verified (a sweep's among them); SuiteStopped
+    where SIGINT, SIGTERM or SIGHUP stopped the run (passed on to its script)."""
     record, path = read_record(e, records), record_path(records, e)
     if record is None:
         raise SuiteError(f"--verify {e.name}: no record at {shown(path or 'none')}: nothing to check against (a "
                          "record is written by a full run or with --record)")
+    if record["config"].get("sweep"):  # its points trained, then its summary held no eval return: a KeyError
+        raise SuiteError(f"{shown(path)}: its run is a sweep (--sweep {' '.join(map(str, record['config']['sweep']))}"
+                         "), whose summary ranks points: --verify checks one run's eval return; nothing was run")
     old = aggregate.summarize([np.nan if v is None else v for v in record["summary"]["eval_return"]])
     if old["n"] == 0:
         raise SuiteError(f"{shown(path)}: no seed has an eval return, so the record has no interval to check "

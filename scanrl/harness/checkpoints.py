@@ -96,7 +96,8 @@ class Checkpoints(contextlib.AbstractContextManager):
             yield
         except (OSError, ValueError, RuntimeError) as error:
             text = str(error)
-            causes = ("No space left on device", "Read-only file system", "Permission denied", "Disk quota exceeded")
+            causes = ("No space left on device", "Read-only file system", "Permission denied", "Disk quota exceeded",
+                      "File too large")
             cause = next((c for c in causes if c in text), (text.splitlines() or [type(error).__name__])[0][:200])
             raise OSError(0, cause, self.folder) from None
 
@@ -115,8 +116,8 @@ class Checkpoints(contextlib.AbstractContextManager):
         strays = [int(n) for n in (os.listdir(self.folder) if os.path.isdir(self.folder) else ()) if n.isdigit() and
                   not stat.S_ISDIR(os.lstat(os.path.join(self.folder, n)).st_mode)]  # orbax lists folders only
         if strays and which == "--resume":  # a save of that step would remove it first (a FIFO: blocking there)
-            print(f"warning: {os.path.join(self.folder, str(strays[0]))} is not a folder, so not a checkpoint: it "
-                  "is moved aside", flush=True)
+            print(f"warning: {os.path.join(self.folder, str(strays[0]))} is not a folder of its own (a file, a link), "
+                  "so not a checkpoint of this run: it is moved aside", flush=True)
             self._move_aside(strays)
         for step in sorted(self.manager.all_steps(), reverse=True):
             where = os.path.join(self.folder, str(step))
@@ -188,8 +189,8 @@ class Checkpoints(contextlib.AbstractContextManager):
 def not_written_by_orbax(step_folder) -> str | None:
     """What in a checkpoint's folder orbax never writes (a link, a FIFO, a device: one would be followed out of the
     run, or block or never end the read), or None. Checked before any of its files is opened."""
-    if not stat.S_ISDIR(os.lstat(step_folder).st_mode):
-        return f"{step_folder} is not a folder"
+    if not stat.S_ISDIR(mode := os.lstat(step_folder).st_mode):  # a link: perhaps to another run's checkpoint
+        return f"{step_folder} is {'a link' if stat.S_ISLNK(mode) else 'not a folder'}"
     for parent, names, files in os.walk(step_folder):
         for name in names + files:
             mode = os.lstat(os.path.join(parent, name)).st_mode

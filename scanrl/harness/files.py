@@ -1,5 +1,5 @@
-"""Files the harness writes, one way (`replaced`: whole, never through a link), in folders that are not links; appends
-never follow a link. And a run directory's owner (`RunLock`): one process at a time trains in it. No JAX here."""
+"""Files the harness writes, one way (`replaced`: whole, never through a link), in folders that are not links and no
+one else can rewrite (`foreign_folder`); appends never follow a link; a run directory's owner (`RunLock`). No JAX."""
 
 import contextlib
 import errno
@@ -63,6 +63,26 @@ def save_figure(fig, path):
     return path
 
 
+def foreign_folder(path) -> str:
+    """"" if the folder at `path` (or, not there yet, the folders above it) is this user's and no one else can write in
+    it or move it, else what is wrong: another user could swap its subfolders for links, or move it away and put a link
+    in its place (in a folder above it that every user can write in, without the sticky bit)."""
+    status = os.lstat(path) if os.path.lexists(path) else None
+    if status and status.st_uid != os.geteuid():
+        return f"is owned by uid {status.st_uid}, not this user (uid {os.geteuid()})"
+    if status and status.st_mode & 0o022:
+        return f"is writable by others (mode {stat.S_IMODE(status.st_mode):#o}; chmod go-w it if it is yours)"
+    for above in (os.path.abspath(path), os.path.realpath(path)):  # the folders named, and those links lead to
+        while above != (above := os.path.dirname(above)):
+            mode = os.stat(above).st_mode if os.path.exists(above) else 0
+            if mode & 0o002 and not mode & stat.S_ISVTX:  # sticky (/tmp): only an entry's owner may rename it
+                above = os.path.realpath(above)
+                return (f"lies in {above}, which every user can write in, without the sticky bit (mode "
+                        f"{stat.S_IMODE(mode):#o}): another user could move it away and put a link in its place; "
+                        f"chmod +t {above} (as /tmp is), or use a folder of your own")
+    return ""
+
+
 def open_regular(path, mode="r", follow=True, **kwargs):
     """`path` opened to read; OSError (EINVAL) for a FIFO (never waited on) or a device (never read), and without
     `follow` (ELOOP) for a link."""
@@ -109,13 +129,24 @@ class RunLock(contextlib.AbstractContextManager):
                 os.close(fd)
                 raise ConfigError(f"{which}: another process (pid {owner}) is training in {run_dir}; wait for it to "
                                   f"end or stop it, then --resume it") from None
-            with contextlib.suppress(FileNotFoundError):
-                if os.path.samestat(os.fstat(fd), os.stat(self.path, follow_symlinks=False)):
-                    break
+            with contextlib.suppress(OSError):
+                self.check(fd)
+                break
             os.close(fd)  # the owner released (and removed) it between our open and our lock: take the new one
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self.fd = fd
+
+    def check(self, fd=None):
+        """OSError (ESTALE) unless <run dir>/.lock is, by that one name, the file this owner locked (`fd`): checked
+        before each chunk's writes, so that a run writes only in the directory it claimed, never where one moved or
+        replaced since would lead."""
+        status = os.fstat(self.fd if fd is None else fd)
+        with contextlib.suppress(OSError):
+            if status.st_nlink == 1 and os.path.samestat(status, os.stat(self.path, follow_symlinks=False)):
+                return
+        raise OSError(errno.ESTALE, "it is no longer the run directory this run claimed (it was moved, or replaced "
+                      "by a link or another folder)", os.path.dirname(self.path))
 
     def release(self):
         if self.fd is None:

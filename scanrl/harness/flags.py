@@ -287,6 +287,9 @@ def check_env(config):
     from scanrl import envs  # here, not at the top: importing gymnax makes a JAX backend
 
     try:
+        if config.env.endswith(":"):  # brax/halfcheetah: trained Brax's default backend, its runs named with the ':'
+            raise ValueError(f"{config.env} ends in ':' with nothing after it; name a backend (brax/halfcheetah:mjx) "
+                             "or your env's function (my_env.py:make), or drop the ':'")
         env, env_params = envs.make(config.env)
         envs.is_discrete(env, env_params)
     except ValueError as error:

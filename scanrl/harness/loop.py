@@ -211,8 +211,10 @@ def train_chunks(job, compiled, runner, history, done, checkpoints, run_dir, pro
     def write_pending():
         with collective("a chunk's checkpoint"):
             checkpoints.wait()
-        if pending is not None and job.lead:
-            run_dir.append_metrics(*pending)
+        if job.lead:
+            run_dir.lock.check()  # the rows, and the next checkpoint, go to the directory the run claimed or nowhere
+            if pending is not None:
+                run_dir.append_metrics(*pending)
 
     while done < job.num_iterations and not signum:
         end = job.num_iterations if job.ends is None else next(e for e in job.ends if e > done)

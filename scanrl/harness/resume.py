@@ -13,7 +13,7 @@ import types
 import typing
 
 from scanrl.harness.checkpoints import Checkpoints
-from scanrl.harness.files import open_regular
+from scanrl.harness.files import foreign_folder, open_regular
 from scanrl.harness.flags import LOGGING_FLAGS, ConfigError, escaped, flag
 
 # Fields a script gained after runs had been written, each with the one value it could then have had: a run without
@@ -35,7 +35,7 @@ def read_run_config(algorithm, run_dir, which, command_env=None, held=False) -> 
         if not isinstance(name := saved.pop("algo"), str):
             raise TypeError
         name = shown(name)
-    except (OSError, ValueError, KeyError, AttributeError, TypeError):
+    except (OSError, ValueError, KeyError, AttributeError, TypeError, RecursionError):  # Recursion: nested deep
         raise ConfigError(f"{which}: {path} is missing or unreadable; is {run_dir} a run directory of "
                           f"{algorithm.script}?") from None
     if name != algorithm.name:
@@ -180,12 +180,13 @@ def resumed(algorithm, config, named=()):
 
 def require_checkpoint_folder(run_dir, which) -> str:
     """<run_dir>/checkpoints, or ConfigError if something else stands at its name: not a folder (a file, a FIFO), or
-    for --resume, which writes there, a link (a run never writes through one). `which`: --resume or --eval."""
+    for --resume, which writes there, a link (a run never writes through one) or a folder another user could write
+    in (`files.foreign_folder`). `which`: --resume or --eval."""
     folder = os.path.join(run_dir, "checkpoints")
-    what = "a link" if os.path.islink(folder) and which == "--resume" else "not a folder" \
+    what = "is a link" if os.path.islink(folder) and which == "--resume" else "is not a folder" \
         if os.path.lexists(folder) and not os.path.isdir(folder) else None
-    if what:
-        raise ConfigError(f"{which}: {folder} is {what}; move it away (and put back the run's checkpoints/ if you "
+    if what := what or which == "--resume" and os.path.isdir(folder) and foreign_folder(folder):
+        raise ConfigError(f"{which}: {folder} {what}; move it away (and put back the run's checkpoints/ if you "
                           f"have them), then {which} it again")
     return folder
 
@@ -194,7 +195,8 @@ def require_checkpoints_for_progress(run_dir, script):
     """--resume: ConfigError where metrics.csv (the run's or a point's) records iterations but checkpoints/ holds none:
     starting again would replace them. A run killed before its first checkpoint has no rows either: it starts again."""
     folder = require_checkpoint_folder(run_dir, "--resume")
-    if os.path.isdir(folder) and any(name.isdigit() for name in os.listdir(folder)):
+    if os.path.isdir(folder) and any(n.isdigit() and not os.path.islink(os.path.join(folder, n)) for n in
+                                     os.listdir(folder)):  # a link there is moved aside (another run's checkpoint)
         return
     done = 0
     for point in ["", *(d for d in os.listdir(run_dir) if "=" in d)]:

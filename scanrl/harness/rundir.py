@@ -1,19 +1,19 @@
 """The run directory, written by process 0 only: <out-dir>/<run-name>/ claimed by a new run (config.json written first,
 exclusively) or taken over by --resume, owned (`files.RunLock`) to the run's end; its points' folders, metrics.csv."""
 
+import contextlib
 import csv
 import dataclasses
 import json
 import os
 import shutil
-import stat
 import time
 
 import jax
 import numpy as np
 
 from scanrl.harness.agents import broadcast
-from scanrl.harness.files import RunLock, open_regular, replaced
+from scanrl.harness.files import RunLock, foreign_folder, open_regular, replaced
 from scanrl.harness.flags import ConfigError, point_label
 from scanrl.harness.metrics import MetricsCsv
 
@@ -24,6 +24,7 @@ class RunDirectory:
     def __init__(self, name, config, points, lead):
         """`name`: the algorithm's (its runs' names and config.json's "algo")."""
         self.name, self.config, self.points, self.lead = name, config, points, lead
+        os.umask(os.umask(0) | 0o022)  # what the run makes (on the way to its directory too) is no one else's to write
         if config.resume is not None:
             self.path = config.resume  # its real path (`resume.resumed`)
             self.run_name = os.path.basename(os.path.normpath(self.path))
@@ -50,10 +51,12 @@ class RunDirectory:
             self.lock.release()
 
     def give_up(self):
-        """A new run that cannot start (it does not fit in memory) leaves no directory."""
+        """A new run that cannot start (it does not fit in memory) leaves no directory (its own: `RunLock.check`)."""
         if self.lead and self.config.resume is None:
-            self.release()
-            shutil.rmtree(self.path, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                self.lock.check()
+                self.release()
+                shutil.rmtree(self.path, ignore_errors=True)
 
     def open_metrics(self, keys, history=None):
         """Starts each point's metrics.csv; a resumed run's is rebuilt from `history` (its checkpoint's metrics),
@@ -95,6 +98,8 @@ def columns_kept(path, keys) -> tuple:
 def claim_run_directory(path, config_json) -> str:
     """Creates the run directory `path` (or takes an empty one) and its config.json, exclusively: of two runs started
     at once with one name, one gets it. -> "" if claimed, else the error line."""
+    if not os.path.lexists(path) and (foreign := foreign_folder(path)):  # a folder above it others can rename in
+        return f"run directory {path} {foreign}"
     try:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)  # the out dir: a link the user named is theirs
         try:
@@ -115,17 +120,6 @@ def claim_run_directory(path, config_json) -> str:
         return f"run directory {path} exists and is not empty; choose another --run-name, or --resume it"
     except OSError as error:
         return f"cannot create the run directory {path}: {error.strerror}; choose another --out-dir"
-    return ""
-
-
-def foreign_folder(path) -> str:
-    """"" if the folder at `path` is this user's and no one else can write in it, else what is wrong: another user who
-    can write in it could swap its subfolders (checkpoints/) for links, and the run would write wherever those lead."""
-    status = os.lstat(path)
-    if status.st_uid != os.geteuid():
-        return f"is owned by uid {status.st_uid}, not this user (uid {os.geteuid()})"
-    if status.st_mode & 0o022:
-        return f"is writable by others (mode {stat.S_IMODE(status.st_mode):#o}; chmod go-w it if it is yours)"
     return ""
 
 

@@ -41,11 +41,13 @@ def write_failed(error: OSError, script, run_dir, env):
     if path and re.fullmatch(r"\..+\.[0-9a-f]{12}\.tmp", os.path.basename(path)):  # files.replaced's temporaries
         path = os.path.join(os.path.dirname(path), os.path.basename(path)[1:-17])
     cause = error.errno or next((code for code, words in ((errno.ENOSPC, "No space left"), (errno.EDQUOT, "quota"),
-                                                          (errno.EROFS, "Read-only")) if words in str(error)), None)
+                                                          (errno.EROFS, "Read-only"), (errno.EFBIG, "too large"))
+                                 if words in str(error)), None)
     moved = "move it away (the run makes its own)"  # a link or a file where the run writes a folder
     permissions = "fix its permissions (chmod u+w, chattr -i)"
     fixes = {errno.ENOSPC: "make room", errno.EDQUOT: "make room", errno.EROFS: "make it writable", errno.ELOOP: moved,
-             errno.ENOTDIR: moved, errno.EACCES: permissions, errno.EPERM: permissions}
+             errno.ENOTDIR: moved, errno.EACCES: permissions, errno.EPERM: permissions, errno.ESTALE: "put it back",
+             errno.EFBIG: "raise the file-size limit (ulimit -f)"}
     fix = fixes.get(cause, "make room (or fix permissions)")
     return RunStopped(f"error: cannot write{' ' + str(path) if path else ''}: {error.strerror or error}; training "
                       f"stopped, the checkpoints written so far are kept; {fix}, then continue with: "

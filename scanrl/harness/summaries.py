@@ -18,6 +18,7 @@ from scanrl.harness.stops import write_failed
 def write_summaries(run_dir, tracking, algorithm, history, eval_returns, runner, extra):
     """Every output of a finished run, its report, the wandb runs ended; `runner` on the host or None."""
     config, points = run_dir.config, run_dir.points
+    run_dir.lock.check()  # still the directory the run claimed
     title = f"{run_dir.name} on {config.env}"
     ylim = None
     if run_dir.sweep:  # every point's plot on the same axes, so they compare at a glance

@@ -22,11 +22,15 @@ def read_metrics(path, key="episode_return"):
     -> (env steps per agent (iterations,), `key` (seeds, iterations) as float32, a note or None), nothing else of it
     kept. Only whole rows and iterations count: the last line is a row once it ends with a newline and has every
     column (a run appends its rows as chunks end, and a kill can cut them; a resumed run writes the file whole again),
-    and an iteration once it has every seed's row; the note says what was dropped. ValueError (one line naming the
-    file) for a missing column, a cell that is not a number or rows out of their order."""
-    try:
-        with open(path, encoding="utf-8", newline="\n") as f:  # "\r" alone ends no line: a cut "\r\n" stays cut
+    and an iteration once it has every seed's row; the note says what was dropped, and which infinite values are drawn
+    as no value. ValueError (one line naming the file) for a missing column, a cell that is not a number, a blank line,
+    line ends that are not a run's (\r\n or \n) or rows out of their order."""
+    try:  # utf-8-sig: a byte-order mark (a spreadsheet's) is not part of the first column's name
+        with open(path, encoding="utf-8-sig", newline="\n") as f:  # "\r" alone ends no line: a cut "\r\n" stays cut
             header = f.readline()
+            if "\r" in header.removesuffix("\n").removesuffix("\r"):
+                raise ValueError(f"{path}: its lines end in \\r alone or \\r\\r\\n, not as a run writes them (\\r\\n "
+                                 "or \\n)")
             names = next(csv.reader([header.rstrip("\r\n")]), []) if header.endswith("\n") else []
             if not names:
                 raise ValueError(f"{path} has no rows yet")
@@ -69,10 +73,18 @@ def _read_rows(f, path, names, columns):
     iterations, partial = divmod(row, len(order))
     dropped = ([f"its last row, cut (line {cut})"] if cut else []) + (
         [f"iteration {iterations + 1}'s rows of {partial} of its {len(order)} seeds"] if partial else [])
-    note = (f"note: {path}: read up to iteration {iterations}; dropped {' and '.join(dropped)} (a run writing it, or "
-            "killed as it wrote, leaves it so)") if dropped else None
-    values = np.concatenate(values)[:iterations * len(order)].reshape(iterations, len(order)).T
-    return np.concatenate(steps)[:iterations], np.ascontiguousarray(values), note
+    notes = [f"read up to iteration {iterations}; dropped {' and '.join(dropped)} (a run writing it, or killed as it "
+             "wrote, leaves it so)"] if dropped else []
+    steps, values = np.concatenate(steps)[:iterations], np.concatenate(values)[:iterations * len(order)]
+    if (back := np.flatnonzero(np.diff(steps) < 0)).size:  # a run appends its iterations in order
+        raise ValueError(f"{path}, line {(back[0] + 1) * len(order) + 2}: env_steps {steps[back[0] + 1]:.0f} after "
+                         f"{steps[back[0]]:.0f}: rows out of their iterations' order")
+    if (infinite := np.flatnonzero(np.isinf(values))).size:  # an interval over them is none: [x, nan]
+        notes.append(f"{names[columns[2]]} is infinite in {infinite.size} row(s), the first at line {infinite[0] + 2}; "
+                     "drawn as no value there")
+        values[infinite] = np.nan
+    note = f"note: {path}: {'; '.join(notes)}" if notes else None
+    return steps, np.ascontiguousarray(values.reshape(iterations, len(order)).T), note
 
 
 ROW = np.dtype([("seed", np.int64), ("env_steps", np.float64), ("value", np.float32)])
@@ -82,20 +94,27 @@ def _numbers(lines, path, row, names, columns):
     """The `columns` (seed, env_steps, the key) of `lines`, the rows after `row`, as an array of ROW; ValueError
     naming the first line that is not a row of numbers (found again, cell by cell, once numpy's parser refused)."""
     try:
-        return np.loadtxt(lines, ROW, comments=None, delimiter=",", usecols=columns, ndmin=1)
-    except ValueError as error:
-        for i, line in enumerate(lines):
-            cells = line.rstrip("\r\n").split(",")
-            where = f"{path}, line {row + i + 2}"
-            if len(cells) != len(names):
-                raise ValueError(f"{where}: {len(cells)} cells, where the header names {len(names)}") from None
-            for at, kind in zip(columns, ROW.fields.values(), strict=True):
-                try:
-                    np.asarray([cells[at]]).astype(kind[0])
-                except ValueError:
-                    what = "an integer" if kind[0] == np.int64 else "a number"
-                    raise ValueError(f"{where}: {names[at]} {cells[at][:40]!r} is not {what}") from None
-        raise ValueError(f"{path}, lines {row + 2} to {row + len(lines) + 1}: {error}") from None
+        read = np.loadtxt(lines, ROW, comments=None, delimiter=",", usecols=columns, ndmin=1)
+        if len(read) == len(lines):
+            return read
+        error = "a row is missing"  # numpy skips blank lines: found below
+    except (ValueError, OverflowError) as failure:  # OverflowError: a seed past int64
+        error = failure
+    for i, line in enumerate(lines):
+        body, where = line.removesuffix("\n").removesuffix("\r"), f"{path}, line {row + i + 2}"
+        if not body.strip() or "\r" in body:
+            raise ValueError(f"{where}: {'a blank line' if not body.strip() else 'a carriage return inside it'}, "
+                             "which a run never writes")
+        cells = body.split(",")
+        if len(cells) != len(names):
+            raise ValueError(f"{where}: {len(cells)} cells, where the header names {len(names)}")
+        for at, kind in zip(columns, ROW.fields.values(), strict=True):
+            try:
+                np.asarray([cells[at]]).astype(kind[0])
+            except (ValueError, OverflowError):
+                what = "an integer (64 bits)" if kind[0] == np.int64 else "a number"
+                raise ValueError(f"{where}: {names[at]} {cells[at][:40]!r} is not {what}") from None
+    raise ValueError(f"{path}, lines {row + 2} to {row + len(lines) + 1}: {error}")
 
 
 def _check_order(path, order, seeds, row):

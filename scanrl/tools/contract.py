@@ -59,8 +59,11 @@ def load_script(path):
     sys.modules[name] = module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
-    except Exception as error:
+    except (Exception, SystemExit) as error:  # SystemExit: not an Exception; sys.exit(0) passed every check unseen
         del sys.modules[name]
+        if isinstance(error, SystemExit):
+            raise SystemExit(f"error: {path} exits as it is imported (sys.exit({error.code!r})): a script trains only "
+                             "under `if __name__ == \"__main__\":`, so the contract can import it") from None
         raise SystemExit(f"error: {path} fails as it is imported: {one_line(error, path)}") from None
     if not hasattr(module, "ALGORITHM"):
         raise SystemExit(f"error: {path} defines no ALGORITHM (a harness.Algorithm); is it a scanrl script?")
