@@ -87,7 +87,8 @@ class Args:
     suite: str = "quick"
     """which suite: quick (CPU, under 20 min), memory (its ppo_rnn.py entries), offpolicy (sac.py and td3.py, the
     2018 recipe and the parallel one), minatar (10M steps per seed: hours), halfcheetah (td3.py and sac.py at the
-    papers' recipe on Brax's MuJoCo HalfCheetah: about an hour each) or full (issue 18's, GPU-sized)"""
+    papers' recipe on Brax's variant of HalfCheetah: about an hour each), mujoco (the same, and ppo.py, on
+    Gymnasium's MuJoCo v5 tasks: about an hour each) or full (issue 18's, GPU-sized)"""
     suite_file: str | None = None
     """a JSON suite instead: {"name": ..., "entries": [{Entry fields}, ...]} (reference: {value, text, source})"""
     only: tyro.conf.UseAppendAction[tuple[str, ...]] = ()

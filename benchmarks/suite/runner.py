@@ -68,8 +68,8 @@ def _ask(cmd) -> str | None:
 
 
 # The libraries whose versions a record names (those installed).
-LIBRARIES = ("jax", "jaxlib", "flax", "optax", "distrax", "gymnax", "numpy", "brax", "mujoco_playground", "craftax",
-             "xminigrid")
+LIBRARIES = ("jax", "jaxlib", "flax", "optax", "distrax", "gymnax", "numpy", "mujoco", "mujoco-mjx", "brax",
+             "mujoco_playground", "craftax", "xminigrid")
 
 
 def provenance(cmd) -> dict:

@@ -1,0 +1,109 @@
+"""`python benchmarks/studies/mujoco_peer.py --report`: per task and algorithm, our `--suite mujoco` record beside
+sbx's (benchmarks/studies/mujoco_peer.py's records) and the published figure, our policies' returns replayed on
+Gymnasium's env (replay_on_gymnasium.py's records), and both learning curves on one plot; every row read from a
+committed record that names its commit, command and machine."""
+
+import json
+import os
+
+import numpy as np
+
+from benchmarks.suite.entries import SCRIPT_ALGO
+from benchmarks.suite.suites import SUITES
+from scanrl.harness import aggregate
+from scanrl.harness.files import replaced
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OURS = os.path.join(ROOT, "benchmarks", "results", "records", "mujoco")
+RESULTS = os.path.join(ROOT, "benchmarks", "results")
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def interval(summary) -> str:
+    iqm, (low, high) = summary["iqm"], summary["ci"]
+    return f"{iqm:,.0f} [{low:,.0f}, {high:,.0f}]"
+
+
+def write_report(peer_records):
+    rows, panels = [], []
+    for entry in SUITES["mujoco"]:
+        ours_path = os.path.join(OURS, f"{entry.name}.json")
+        if not os.path.exists(ours_path):
+            continue
+        ours = load(ours_path)
+        task, algo = entry.env.removeprefix("mujoco/"), SCRIPT_ALGO[entry.algo]
+        budget = f"{entry.total_timesteps // 1000}k" if entry.total_timesteps < 10**6 else \
+            f"{entry.total_timesteps // 10**6}M"
+        peer_path = os.path.join(peer_records, f"sbx-{algo}-{task}-{budget}.json")
+        peer = load(peer_path) if os.path.exists(peer_path) else None
+        replay_path = os.path.join(peer_records, f"replay-{entry.name}.json")
+        replay = load(replay_path) if os.path.exists(replay_path) else None
+        s = ours["summary"]
+        rows.append([f"{task}, {budget}", f"{entry.script}", f"{s['num_seeds']}", interval(s["eval_return_iqm"]),
+                     interval(replay["gymnasium_return_iqm"]) if replay else "not replayed",
+                     f"{s['train_s'] / 60:.0f} min + {s['compile_s']:.0f} s compile",
+                     f"sbx {algo}: {interval(peer['summary']['eval_return_iqm'])} ({len(peer['summary']['seeds'])} "
+                     f"seeds, {peer['summary']['wall_s'] / 60:.0f} min, {peer['config']['parallel']} at a time)"
+                     if peer else "no peer run", entry.reference.text + (f" ({entry.reference.source})"
+                                                                          if entry.reference.value else "")])
+        panels.append((f"{task}, {algo}, {budget}", ours, peer, entry))
+    lines = ["# Gymnasium's MuJoCo tasks: ours on MJX beside sbx on C MuJoCo", "",
+             "Built by `python benchmarks/studies/mujoco_peer.py --report` from the committed records: ours in "
+             "`benchmarks/results/records/mujoco/` (`python benchmarks/learning.py --suite mujoco --record`), sbx's "
+             "and the replays in `benchmarks/results/mujoco_peer/`. Eval returns: each seed's deterministic policy, "
+             "mean of 10 episodes; IQM over seeds [95% stratified-bootstrap interval].", "",
+             "| task, budget | ours | seeds | eval IQM (MJX) | replayed on Gymnasium's env | our time | peer, same "
+             "recipe, same machine | published |", "|---|---|---:|---|---|---|---|---|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    with replaced(os.path.join(RESULTS, "mujoco_peer.md")) as f:
+        f.write("\n".join(lines) + "\n")
+    if panels:
+        plot(panels, os.path.join(RESULTS, "mujoco_peer_curves.png"))
+    print("\n".join(lines))
+
+
+def iqm_band(curve):
+    steps, returns = np.asarray(curve["env_steps"], float), np.array(curve["episode_return"], dtype=float)
+    ok = ~np.isnan(returns).any(axis=0)
+    band = aggregate.stratified_bootstrap_ci(returns[:, ok], lambda x: aggregate.iqm(x, axis=-2), reps=2000, seed=0)
+    return steps[ok], band
+
+
+def plot(panels, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import EngFormatter, MaxNLocator
+
+    cols = min(3, len(panels))
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows), squeeze=False)
+    for ax, (title, ours, peer, entry) in zip(axes.flat, panels, strict=False):
+        for record, label, color in ((ours, "ours (MJX)", "tab:blue"), (peer, "sbx (C MuJoCo)", "tab:orange")):
+            if record is None:
+                continue
+            steps, band = iqm_band(record["curve"])
+            seeds = len(record["curve"]["episode_return"])
+            ax.plot(steps, band.point, color=color, label=f"{label}, IQM of {seeds} seeds")
+            ax.fill_between(steps, band.low, band.high, color=color, alpha=0.2)
+        if entry.reference.value is not None:
+            ax.axhline(entry.reference.value, color="tab:green", ls="--", lw=1,
+                       label=f"published {entry.reference.text}")
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("env steps per seed")
+        ax.xaxis.set_major_locator(MaxNLocator(5))
+        ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+        ax.set_ylabel("training episode return")
+        ax.legend(fontsize=7, loc="best")
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    fig.suptitle("Gymnasium's MuJoCo v5: IQM over seeds of the training return, 95% CI", fontsize=11)
+    fig.tight_layout()
+    with replaced(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=100)
+    plt.close(fig)
