@@ -417,7 +417,7 @@ POSITIVE = "must be a positive integer up to 2,147,483,647, got"
     (dict(verify="ppo-CartPole-v1,dqn-CartPole-v1"), "error: --verify ppo-CartPole-v1,dqn-CartPole-v1: name one "
                                                      "entry of the suite"),
     (dict(suite="x\ny"), 'error: --suite "x\\ny": unknown; the suites are full, quick, minatar, memory, '
-                         "offpolicy, halfcheetah (or --suite-file)"),
+                         "offpolicy, halfcheetah, mujoco (or --suite-file)"),
     (dict(only=("a\x1b[31m",)), 'error: --only: unknown entry "a\\u001b[31m"; the suite has: '),
     (dict(suite_file="/dev/zero"), "error: --suite-file /dev/zero: not a regular file"),
 ])

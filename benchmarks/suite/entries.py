@@ -102,6 +102,11 @@ SCORE_RANGES = {
     "GridWorld-v0": (0.226, 1.0, "the optimum: reward 1 at the goal (scanrl/envs/gridworld.py)"),
     "FrozenLake-misc": (0.016, 0.7, "gymnasium reward_threshold of FrozenLake-v1 (4x4, slippery)"),
     "brax/halfcheetah:mjx": (-283.5, None, "best eval IQM in this report"),
+    # Gymnasium's own envs (C MuJoCo), uniformly random actions (2026-12-01): HalfCheetah 30 episodes, the others 100
+    # (tests/test_gymnasium_mujoco.py holds ours to these envs' random-policy rewards and episode ends)
+    "mujoco/HalfCheetah-v5": (-273.0, None, "best eval IQM in this report"),
+    "mujoco/Hopper-v5": (16.7, None, "best eval IQM in this report"),
+    "mujoco/Walker2d-v5": (1.8, None, "best eval IQM in this report"),
 }
 
 

@@ -290,8 +290,9 @@ def run_entries(entries, out_dir, records=None, write_records=True) -> list[str]
 
 # The optional suites by id prefix: (package, requirements file). scanrl/envs/<suite>.py knows the same, but importing
 # envs imports gymnax, which starts JAX in this process: the runs need the accelerator to themselves.
-SUITE_PACKAGES = {"brax/": ("brax", "brax"), "playground/": ("mujoco_playground", "playground"),
-                  "Craftax-": ("craftax", "craftax"), "MiniGrid-": ("xminigrid", "xminigrid")}
+SUITE_PACKAGES = {"mujoco/": ("mujoco", "mujoco"), "brax/": ("brax", "brax"),
+                  "playground/": ("mujoco_playground", "playground"), "Craftax-": ("craftax", "craftax"),
+                  "MiniGrid-": ("xminigrid", "xminigrid")}
 
 
 def envs_missing(env_id) -> str | None:
