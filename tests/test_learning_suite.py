@@ -999,3 +999,23 @@ def test_a_records_text_stays_in_its_cell_of_the_committed_report():
     cells = provenance_cells({"commit": "abc\n# injected", "command": "python ppo.py | tee",
                               "machine": {"cpu": "a\nCPU", "cores": 2, "jax": "0"}, "versions": {"jax\n": "0"}})
     assert not any("\n" in cell for cell in cells) and cells[1] == "`python ppo.py \\| tee`"
+
+
+@pytest.mark.slow  # three runs of the study, about 4 s each in the warm Python
+def test_the_replay_study_refuses_what_is_not_a_finished_run_on_a_mujoco_task_in_one_line(finished_runs, tmp_path):
+    """benchmarks/studies/replay_on_gymnasium.py (issue 87: 7-32-line tracebacks): a missing run dir, another
+    script's run, a run on an env Gymnasium's MuJoCo has no task for: one line, exit 2, nothing written."""
+    from conftest import ROOT, run_warm
+
+    study = ROOT / "benchmarks" / "studies" / "replay_on_gymnasium.py"
+    run = finished_runs["ppo"]
+    for script, run_dir, message in (
+            ("td3.py", tmp_path / "nothing", "error: run_dir: no run directory"),
+            ("td3.py", run, "is a run of ppo (ppo.py), not of td3 (td3.py); use ppo.py"),
+            ("ppo.py", run, "the run trained on CartPole-v1, which is not one of Gymnasium's MuJoCo tasks")):
+        done = run_warm([sys.executable, study, ROOT / script, run_dir, "--out", tmp_path / "out"], tmp_path,
+                        dict(os.environ), 300)
+        assert done.returncode == 2, done.stderr
+        (line,) = done.stderr.strip().splitlines()
+        assert line.startswith("error: ") and message in line, line
+    assert not (tmp_path / "out").exists()
