@@ -172,7 +172,7 @@ def test_a_size_past_int64_exits_2_in_one_line_before_anything_is_written(run_sc
         f"error: --eval-episodes {huge}: the compiled programs hold it as an int32, at most 2,147,483,647 "
         "(2**31 - 1)"], result.stderr
     assert not (tmp_path / "runs").exists()
-    for script in ("td3", "sac"):
+    for script in ("td3", "sac", "crossq"):
         module = importlib.import_module(script)
         with pytest.raises(harness.ConfigError, match=r"--updates-per-step 1e\+30 .* at most 2,147,483,647"):
             harness.check(module.ALGORITHM, module.Config(updates_per_step=1e30))

@@ -27,6 +27,9 @@ CONTRACT_FLAGS["tabular_q"] = []
 # (the GRU and LSTM share the GTrXL's sequential path with a memory of one vector).
 CONTRACT_ONLY = {"sac": ("sac", dict(total_timesteps=1024, update_every=32, log_every=1, learning_starts=256,
                                      batch_size=64, hidden_size=32, num_seeds=2, eval_episodes=2)),
+                 "crossq": ("crossq", dict(total_timesteps=1024, update_every=32, log_every=1, learning_starts=256,
+                                           batch_size=64, hidden_size=32, critic_width=32, num_seeds=2,
+                                           eval_episodes=2)),
                  "ppo_rnn": ("ppo_rnn", dict(cell="lru", num_steps=16, gru_size=8, hidden_size=16, eval_episodes=2)),
                  "ppo_rnn_gtrxl": ("ppo_rnn", dict(cell="gtrxl", num_steps=16, memory_length=4, hidden_size=16,
                                                    eval_episodes=2))}
@@ -185,7 +188,7 @@ def test_every_script_trains_from_make_train_with_plain_defaults():
     defaults included): the programs trace (compiling them is the contract's business)."""
     import jax
 
-    for name in ("ppo", "reinforce", "td3", "sac", "dqn_tabular_q", "pqn"):
+    for name in ("ppo", "reinforce", "td3", "sac", "crossq", "dqn_tabular_q", "pqn"):
         module = importlib.import_module(name)
         for config in (module.Config(), module.Config(env="CartPole-v1") if name == "dqn_tabular_q" else None):
             if config is not None:

@@ -1,4 +1,4 @@
-"""What every script must pass, each check once, parametrised over the seven scripts: --help lists every field of its
+"""What every script must pass, each check once, parametrised over the eight scripts: --help lists every field of its
 Config with the field's docstring, a bad config is refused in one line naming the flag (and the defaults are not),
 and each agent of a vmapped batch depends on its own seed alone (the same program each time, different seeds different
 agents). What is one algorithm's own (its targets against a reference, that it learns) is in its test_<script>.py."""
@@ -14,7 +14,7 @@ import pytest
 from cases import exit_code_and_error
 from conftest import FAST_COMPILE_OPTIONS, ROOT
 
-SCRIPTS = ("ppo", "ppo_rnn", "reinforce", "td3", "sac", "dqn_tabular_q", "pqn")
+SCRIPTS = ("ppo", "ppo_rnn", "reinforce", "td3", "sac", "crossq", "dqn_tabular_q", "pqn")
 
 
 def own_field_docstrings(script):
@@ -88,6 +88,14 @@ BAD_CONFIGS = [
     ("sac", dict(init_alpha=0.0), "--init-alpha must be positive"),
     ("sac", dict(tau=1.5), "--tau"),
     ("sac", dict(learning_starts=50_000), "--learning-starts 50000 leaves no steps to learn"),
+    ("crossq", dict(env="CartPole-v1"), "--env CartPole-v1 has discrete actions; CrossQ needs a continuous"),
+    ("crossq", dict(critic_width=0), "--critic-width must be a positive integer"),
+    ("crossq", dict(renorm_momentum=1.0), "--renorm-momentum must lie strictly between 0 and 1"),
+    ("crossq", dict(renorm_momentum=-0.5), "--renorm-momentum must lie in [0, 1]"),
+    ("crossq", dict(renorm_warmup=-1), "--renorm-warmup must be 0 or more"),
+    ("crossq", dict(batch_size=1), "--batch-size must be 2 or more for batch renormalisation"),
+    ("crossq", dict(policy_delay=0), "--policy-delay must be a positive integer"),
+    ("crossq", dict(adam_beta1=1.0), "--adam-beta1 below 1"),
     ("dqn_tabular_q", dict(env="Pendulum-v1"), "--env Pendulum-v1 has continuous actions"),
     ("dqn_tabular_q", dict(env="CartPole-v1", agent="tabular"), "--agent tabular needs a finite-state env"),
     ("dqn_tabular_q", dict(num_envs=0), "--num-envs must be a positive integer"),
@@ -141,6 +149,8 @@ TINY = {
                 hidden_size=16),
     "sac": dict(total_timesteps=64, num_envs=2, update_every=4, learning_starts=32, buffer_size=256, batch_size=16,
                 hidden_size=16),
+    "crossq": dict(total_timesteps=64, num_envs=2, update_every=4, learning_starts=32, buffer_size=256, batch_size=16,
+                   hidden_size=16, critic_width=16),
     # FrozenLake is slippery (the env keys matter) and its goal is near, so the tables fill within the budget.
     "dqn_tabular_q": dict(env="FrozenLake-misc", total_timesteps=5_000, num_steps=500, start_e=1.0, end_e=0.0,
                           exploration_fraction=0.5),
@@ -156,7 +166,7 @@ def arrays(tree):
             for x in jax.tree.leaves(tree)]
 
 
-SLOW_COMPILES = ("ppo_rnn", "sac")  # 10-22 s each on 2 cores
+SLOW_COMPILES = ("ppo_rnn", "sac", "crossq")  # 10-22 s each on 2 cores
 
 
 @pytest.mark.parametrize("script", [pytest.param(s, marks=pytest.mark.slow) if s in SLOW_COMPILES else s

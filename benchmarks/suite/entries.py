@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 # The name each script writes into config.json's "algo", by the suite's algorithm label.
 SCRIPT_ALGO = {"ppo": "ppo", "ppo_rnn": "ppo_rnn", "dqn": "dqn_tabular_q", "pqn": "pqn", "vpg": "reinforce",
-               "td3": "td3", "sac": "sac", "tabular_q": "dqn_tabular_q", "ppo_rnn_lstm": "ppo_rnn",
+               "td3": "td3", "sac": "sac", "crossq": "crossq", "tabular_q": "dqn_tabular_q", "ppo_rnn_lstm": "ppo_rnn",
                "ppo_rnn_lru": "ppo_rnn", "ppo_rnn_gtrxl": "ppo_rnn"}
 
 

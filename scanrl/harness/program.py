@@ -80,13 +80,14 @@ def evaluation_keys(keys) -> np.ndarray:
 
 
 def learned_finite(runner):
-    """In the jit: True if no flax `TrainState` in `runner` (else, as in a Q-table, no float of it) holds a NaN or an
-    infinity. Env states and replay buffers are not read: they may hold infinities by design, and a buffer is large."""
+    """In the jit: True if no flax `TrainState` in `runner` (its params, optimizer state and any field a subclass adds,
+    such as batch statistics; else, as in a Q-table, no float of the runner) holds a NaN or an infinity. Env states
+    and replay buffers are not read: they may hold infinities by design, and a buffer is large."""
     from flax.training.train_state import TrainState
 
-    states = [(x.params, x.opt_state) for x in jax.tree.leaves(runner, is_leaf=lambda x: isinstance(x, TrainState))
+    states = [x for x in jax.tree.leaves(runner, is_leaf=lambda x: isinstance(x, TrainState))
               if isinstance(x, TrainState)]
-    leaves = [x for x in jax.tree.leaves(states or runner) if jnp.issubdtype(x.dtype, jnp.inexact)]
+    leaves = [x for x in jax.tree.leaves(states or runner) if jnp.issubdtype(jnp.result_type(x), jnp.inexact)]
     return jnp.array([jnp.isfinite(x).all() for x in leaves], bool).all()
 
 
