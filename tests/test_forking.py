@@ -27,9 +27,10 @@ CONTRACT_FLAGS["tabular_q"] = []
 # (the GRU and LSTM share the GTrXL's sequential path with a memory of one vector).
 CONTRACT_ONLY = {"sac": ("sac", dict(total_timesteps=1024, update_every=32, log_every=1, learning_starts=256,
                                      batch_size=64, hidden_size=32, num_seeds=2, eval_episodes=2)),
+                 # the renormalisation's warm-up shortened to a few passes, so that its other values show in the run
                  "crossq": ("crossq", dict(total_timesteps=1024, update_every=32, log_every=1, learning_starts=256,
-                                           batch_size=64, hidden_size=32, critic_width=32, num_seeds=2,
-                                           eval_episodes=2)),
+                                           batch_size=64, hidden_size=32, critic_width=32, renorm_warmup=64,
+                                           num_seeds=2, eval_episodes=2)),
                  "ppo_rnn": ("ppo_rnn", dict(cell="lru", num_steps=16, gru_size=8, hidden_size=16, eval_episodes=2)),
                  "ppo_rnn_gtrxl": ("ppo_rnn", dict(cell="gtrxl", num_steps=16, memory_length=4, hidden_size=16,
                                                    eval_episodes=2))}
