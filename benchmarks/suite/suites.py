@@ -340,6 +340,10 @@ def simba_sac(value, task):
                      f"SimbaV2, results/baseline/sac.csv): SAC on {task}-v4 at 99,996 env steps")
 
 
+# ppo.py: CleanRL's MuJoCo recipe as PPO_MUJOCO, its 2,048-step rollout from 4 envs x 512 steps (CleanRL's: 1 x 2,048):
+# 12 envs a device at 6 seeds on 2 cores. MJX's step on XLA:CPU slows past 16 envs a device (HalfCheetah-v5: 1,927
+# env steps/s at 16, 702 at 24, 688 at 100; docs/speed.md), where PPO_MUJOCO's 32 envs would put 96.
+PPO_MUJOCO_V5 = ("--num-envs", "4", "--num-steps", "512", *PPO_MUJOCO[4:])
 SUITES["mujoco"] = (
     entry("td3-HalfCheetah-v5-100k", "td3", "td3.py", "mujoco/HalfCheetah-v5", 100_000, 6, TD3_PAPER,
           TD3_SPINNINGUP_100K),
@@ -349,6 +353,6 @@ SUITES["mujoco"] = (
           (*TD3_PAPER, "--learning-rate", "3e-4"), simba_sac(1068.0, "Hopper")),
     entry("sac-Walker2d-v5-100k", "sac", "sac.py", "mujoco/Walker2d-v5", 100_000, 6,
           (*TD3_PAPER, "--learning-rate", "3e-4"), simba_sac(701.0, "Walker2d")),
-    entry("ppo-HalfCheetah-v5-1m", "ppo", "ppo.py", "mujoco/HalfCheetah-v5", 1_000_000, 6, PPO_MUJOCO,
+    entry("ppo-HalfCheetah-v5-1m", "ppo", "ppo.py", "mujoco/HalfCheetah-v5", 1_000_000, 6, PPO_MUJOCO_V5,
           PPO_SPINNINGUP_1M),
 )
