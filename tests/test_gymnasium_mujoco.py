@@ -58,6 +58,7 @@ def gymnasium_steps(name, num_steps, seed=0):
     return states, jnp.asarray(np.stack(actions), jnp.float32), [np.array(x) for x in zip(*outcomes, strict=True)]
 
 
+@pytest.mark.slow  # each task's step compiles in 5-30 s (the fixture)
 def test_one_step_from_gymnasiums_state_gives_gymnasiums_outcome(task):
     """From the states of random-action episodes, terminations included; and the time limit a truncation, at
     Gymnasium's step count."""
@@ -87,6 +88,7 @@ def distance(a, b):
                   - np.searchsorted(np.sort(b), points, "right") / len(b)).max()
 
 
+@pytest.mark.slow  # each task's step compiles in 5-30 s (the fixture)
 def test_resets_are_drawn_as_gymnasiums(task):
     """Every coordinate of the first observation is distributed as Gymnasium's (a two-sample Kolmogorov-Smirnov
     test at 2,000 resets each, at the 0.1% level)."""
@@ -133,6 +135,7 @@ def gymnasium_random_policy(name):
     return rewards, ends
 
 
+@pytest.mark.slow  # each task's step compiles in 5-30 s (the fixture)
 def test_a_random_policy_scores_as_on_gymnasium(task):
     """The reward a random policy collects in HORIZON steps, and how many episodes it ends, have Gymnasium's means
     (within 4 standard errors of the difference of the two means)."""
