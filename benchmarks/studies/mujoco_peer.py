@@ -1,7 +1,8 @@
-"""sbx (stable-baselines3 in JAX) beside td3.py and sac.py on the same MDP: sbx's TD3 or SAC trained on Gymnasium's own
-MuJoCo v5 env (C MuJoCo) at the recipe of the `--suite mujoco` records, each seed's deterministic policy evaluated on
-10 fresh episodes at the end, as the harness evaluates ours; a record per algorithm and task, of the learning suite's
-kind (config, summary, the binned training curve, and the commit, command and machine it came from).
+"""sbx (stable-baselines3 in JAX) beside td3.py, sac.py and crossq.py on the same MDP: sbx's TD3, SAC or CrossQ
+trained on Gymnasium's own MuJoCo v5 env (C MuJoCo) at the recipe of the `--suite mujoco` records, each seed's
+deterministic policy evaluated on 10 fresh episodes at the end, as the harness evaluates ours; a record per algorithm
+and task, of the learning suite's kind (config, summary, the binned training curve, and the commit, command and
+machine it came from).
 
     python benchmarks/studies/mujoco_peer.py --peer-python ../peer-venv/bin/python --algo sac --task Hopper-v5
     python benchmarks/studies/mujoco_peer.py --report        # the table and curves from the committed records
@@ -29,6 +30,9 @@ RECIPE = dict(learning_rate=3e-4, buffer_size=1_000_000, learning_starts=10_000,
               gamma=0.99, train_freq=1, gradient_steps=1, policy_kwargs=dict(net_arch=[256, 256]))
 TD3_RECIPE = dict(policy_delay=2, target_policy_noise=0.2, target_noise_clip=0.5)  # + N(0, 0.1) exploration noise
 SAC_RECIPE = dict(ent_coef="auto", target_entropy="auto")
+# CrossQ (crossq.py's defaults, the paper's): Adam 1e-3 with beta1 0.5 (sbx's default for CrossQ), policy delay 3, batch
+# renormalisation momentum 0.99 and warm-up 100,000; the critics --critic-width wide, the actor 256x256.
+CROSSQ_RECIPE = dict(learning_rate=1e-3, policy_delay=3, ent_coef="auto", target_entropy="auto")
 PEER_PACKAGES = ("sbx-rl", "stable-baselines3", "jax", "jaxlib", "flax", "optax", "gymnasium", "mujoco", "numpy")
 
 
@@ -36,7 +40,8 @@ def parse_args(argv):
     # argparse, not tyro: this file also runs under the peer venv, which has neither tyro nor scanrl.
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--peer-python", help="python of the peer's venv (requirements-peer.txt, mujoco)")
-    parser.add_argument("--algo", choices=("td3", "sac"))
+    parser.add_argument("--algo", choices=("td3", "sac", "crossq"))
+    parser.add_argument("--critic-width", type=int, default=256, help="crossq: the critics' width")
     parser.add_argument("--task", choices=("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5"))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--parallel", type=int, default=2, help="seeds trained at once, a process each")
@@ -63,7 +68,7 @@ def peer_runner(spec):
     """One seed of sbx in the peer's venv: trains, evaluates, prints one JSON line."""
     import gymnasium as gym
     import numpy as np
-    from sbx import SAC, TD3
+    from sbx import SAC, TD3, CrossQ
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.noise import NormalActionNoise
 
@@ -72,8 +77,15 @@ def peer_runner(spec):
     if spec["algo"] == "td3":
         noise = NormalActionNoise(np.zeros(actions), 0.1 * np.ones(actions))
         model = TD3("MlpPolicy", env, action_noise=noise, seed=spec["seed"], **RECIPE, **TD3_RECIPE)
-    else:
+    elif spec["algo"] == "sac":
         model = SAC("MlpPolicy", env, seed=spec["seed"], **RECIPE, **SAC_RECIPE)
+    else:
+        width = spec["critic_width"]
+        recipe = {key: value for key, value in RECIPE.items() if key != "tau"}  # no target networks to move
+        kwargs = {**recipe, **CROSSQ_RECIPE, "policy_kwargs": dict(net_arch=dict(pi=[256, 256], qf=[width, width]),
+                                                                   batch_norm_momentum=0.99,
+                                                                   renorm_warmup_steps=100_000)}
+        model = CrossQ("MlpPolicy", env, seed=spec["seed"], **kwargs)
     episodes = []
 
     class Episodes(BaseCallback):  # SB3's Monitor puts each finished episode's return in its info
@@ -103,7 +115,7 @@ def train_seeds(args):
     while todo or running:
         while todo and len(running) < args.parallel:
             spec = dict(algo=args.algo, task=args.task, seed=todo.pop(0), total_timesteps=args.total_timesteps,
-                        eval_episodes=args.eval_episodes)
+                        eval_episodes=args.eval_episodes, critic_width=args.critic_width)
             command = [args.peer_python, os.path.abspath(__file__), "--peer-runner", json.dumps(spec)]
             running.append((spec["seed"], subprocess.Popen(command, stdout=subprocess.PIPE, text=True)))
             print(f"seed {spec['seed']}: started", flush=True)
@@ -149,15 +161,16 @@ def record(args, results, wall_s):
     run["command"] = "python " + " ".join(os.path.relpath(a, ROOT) if os.path.isabs(a) and a.startswith(ROOT)
                                           else a for a in sys.argv)
     steps, rows = binned_curve(results, args.total_timesteps)
+    own = {"td3": TD3_RECIPE | {"action_noise": "N(0, 0.1)"}, "sac": SAC_RECIPE,
+           "crossq": CROSSQ_RECIPE | {"critic_width": args.critic_width}}[args.algo]
     out = {"config": {"peer": "sbx", "algo": args.algo, "task": args.task, "total_timesteps": args.total_timesteps,
-                      "eval_episodes": args.eval_episodes, "parallel": args.parallel,
-                      "recipe": {**RECIPE, **(TD3_RECIPE | {"action_noise": "N(0, 0.1)"} if args.algo == "td3"
-                                              else SAC_RECIPE)}},
+                      "eval_episodes": args.eval_episodes, "parallel": args.parallel, "recipe": {**RECIPE, **own}},
            "summary": {"seeds": args.seeds, "eval_return": eval_return, "eval_return_iqm": summarize(eval_return),
                        "final_return": final, "train_s": [r["train_s"] for r in results], "wall_s": wall_s},
            "run": run, "curve": {"env_steps": steps, "episode_return": rows}}
     os.makedirs(args.records, exist_ok=True)
-    path = os.path.join(args.records, f"sbx-{args.algo}-{args.task}-{args.total_timesteps // 1000}k.json")
+    width = f"-{args.critic_width}" if args.algo == "crossq" else ""
+    path = os.path.join(args.records, f"sbx-{args.algo}{width}-{args.task}-{args.total_timesteps // 1000}k.json")
     with open(path, "w") as f:
         json.dump(out, f, separators=(",", ":"))
     iqm = out["summary"]["eval_return_iqm"]
