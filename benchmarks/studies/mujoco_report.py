@@ -82,7 +82,7 @@ def plot(panels, path):
 
     cols = min(3, len(panels))
     rows = -(-len(panels) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(max(4.6 * cols, 6.0), 3.4 * rows), squeeze=False)
     for ax, (title, ours, peer, entry) in zip(axes.flat, panels, strict=False):
         for record, label, color in ((ours, "ours (MJX)", "tab:blue"), (peer, "sbx (C MuJoCo)", "tab:orange")):
             if record is None:
@@ -102,7 +102,7 @@ def plot(panels, path):
         ax.legend(fontsize=7, loc="best")
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    fig.suptitle("Gymnasium's MuJoCo v5: IQM over seeds of the training return, 95% CI", fontsize=11)
+    fig.suptitle("Gymnasium's MuJoCo v5 tasks: IQM over seeds, 95% CI", fontsize=11)
     fig.tight_layout()
     with replaced(path, "wb") as f:
         fig.savefig(f, format="png", dpi=100)
