@@ -219,10 +219,7 @@ class DQNState(NamedTuple):
 
 
 def dqn_optimizer(config: Config):
-    """--optimizer at --learning-rate (annealed to 0 with --anneal-lr). optax.flatten runs it on one flat vector: a few
-    large ops per step instead of a few per parameter array, and (XLA:CPU, jax 0.10) the same bits on any number of
-    devices, which per-array ops fused into the sharded program did not give (params drifted by float rounding on 2
-    devices)."""
+    """--optimizer at --learning-rate (annealed to 0 with --anneal-lr)."""
     anneal = optax.identity()
     if config.anneal_lr:
         anneal = optax.scale_by_schedule(
@@ -231,6 +228,8 @@ def dqn_optimizer(config: Config):
         optimizer = optax.rmsprop(config.learning_rate, decay=0.95, eps=0.01, eps_in_sqrt=False, centered=True)
     else:
         optimizer = optax.adam(config.learning_rate)
+    # optax.flatten: the optimizer on one flat vector, a few large ops per step instead of a few per parameter array
+    # (XLA:CPU pays per op), and the same numbers on one device or several.
     return optax.flatten(optax.chain(optimizer, anneal))
 
 

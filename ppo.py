@@ -186,8 +186,8 @@ def make_train_parts(config: Config):
         anneal = optax.scale_by_schedule(
             optax.linear_schedule(1.0, 0.0, num_updates * config.update_epochs * config.num_minibatches))
 
-    # optax.flatten runs the optimizer on one flat vector: a few large ops per step instead of a few per parameter
-    # array (the per-op cost dominates on CPU).
+    # optax.flatten: the optimizer on one flat vector, a few large ops per step instead of a few per parameter array
+    # (XLA:CPU pays per op), and the same numbers on one device or several.
     tx = optax.flatten(optax.chain(
         optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.learning_rate, eps=1e-5), anneal))
 

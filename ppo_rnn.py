@@ -21,6 +21,8 @@ from scanrl import harness
 
 harness.prepare_jax(__name__)  # first: --help at once, XLA's flags (a device per core), a multi-process run
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
@@ -82,14 +84,14 @@ class Config(harness.Flags):
     """the memory: gru, lstm (each a sequential scan over time), lru (a linear recurrent unit on a parallel
     associative scan, Orvieto et al. 2023) or gtrxl (a gated transformer-XL over a window of past steps, Parisotto
     et al. 2020); each cell is its own program: compare them as separate runs"""
-    gru_size: int = 64
-    """size of the cell: the GRU's or LSTM's hidden units, the LRU's complex state; gtrxl works at --hidden-size (the
-    name is kept from when the GRU was the only cell, so saved runs still load)"""
+    cell_size: int = 64
+    """size of the cell: the GRU's or LSTM's hidden units, the LRU's complex state, the GTrXL's width (its tokens,
+    keys and values; the embedding is projected to it where --hidden-size differs)"""
     memory_length: int = 32
     """gtrxl only: past steps of its episode each step attends to (transformer-XL's memory); MemoryChain needs its
     memory length + 1"""
     num_heads: int = 4
-    """gtrxl only: attention heads; must divide --hidden-size"""
+    """gtrxl only: attention heads; must divide --cell-size"""
     activation: str = "tanh"
     """hidden activation: tanh or relu"""
 
@@ -97,10 +99,34 @@ class Config(harness.Flags):
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
 
 
-class ResetGRU(nn.Module):
+class Cell(nn.Module):
+    """What every memory (--cell) is to the network and the PPO body, which never ask which one it is:
+    `initial_memory(num_envs)`, its zeros before an episode (one array per env); `sequence(memory, x, start)` over a
+    sequence `x` (time, envs, features), the memory zeroed before each step where `start` is set -> (the memory after
+    it, the output per step). A cell of one step at a time defines `__call__(memory, (x_t, start_t))`, which `sequence`
+    runs alone to act and scans over time (the same parameters each step) to replay."""
+
+    size: int  # --cell-size
+    memory_length: int = 32  # gtrxl's window
+    num_heads: int = 4  # gtrxl's heads
+
+    def initial_memory(self, num_envs: int):
+        return jnp.zeros((num_envs, 2 * self.size))  # two states side by side (LSTM: cell and hidden; LRU: Re and Im)
+
+    def sequence(self, memory, x, start):
+        if x.shape[0] == 1:  # one step (acting): the cell alone, no loop
+            memory, y = self(memory, (x[0], start[0]))
+            return memory, y[None]
+        scan = nn.scan(lambda cell, memory, step: cell(memory, step), variable_broadcast="params",
+                       split_rngs={"params": False})
+        return scan(self, memory, (x, start))
+
+
+class ResetGRU(Cell):
     """One step of flax.linen's GRU cell, its memory zeros where `start` is set (before an episode's first step)."""
 
-    size: int
+    def initial_memory(self, num_envs: int):
+        return jnp.zeros((num_envs, self.size))
 
     @nn.compact
     def __call__(self, memory, step):
@@ -109,11 +135,9 @@ class ResetGRU(nn.Module):
         return nn.GRUCell(features=self.size)(memory, inputs)
 
 
-class ResetLSTM(nn.Module):
+class ResetLSTM(Cell):
     """One step of flax.linen's LSTM cell (Hochreiter & Schmidhuber 1997), reset like ResetGRU. Its memory is the
     cell state and the hidden state side by side in one array (2 x size), so every memory stays one array."""
-
-    size: int
 
     @nn.compact
     def __call__(self, memory, step):
@@ -142,7 +166,7 @@ def reset_linear_recurrence(a, b, start, memory):
     return jax.lax.associative_scan(compose, (a, b))[1]
 
 
-class LRU(nn.Module):
+class LRU(Cell):
     """The Linear Recurrent Unit (Orvieto et al. 2023, "Resurrecting Recurrent Neural Networks for Long Sequences"):
     a diagonal complex linear recurrence h_t = lambda * h_{t-1} + gamma * (B x_t), read out as y_t = Re(C h_t) +
     D * x_t. Linear in h, so a whole sequence is one associative scan (reset_linear_recurrence); |lambda| < 1 by
@@ -152,9 +176,11 @@ class LRU(nn.Module):
     discretisation, no HiPPO init) and a paper that derives each part by ablation. Its memory is Re(h) and Im(h)
     side by side (2 x size); it reads `memory` (envs, 2 x size), `x` (time, envs, features), `start` (time, envs)."""
 
-    size: int
     r_min: float = 0.0
     r_max: float = 0.99  # long memories: MemoryChain asks for tens of steps (their long-range tasks use 0.9-0.999)
+
+    def sequence(self, memory, x, start):  # one step or a sequence alike: the associative scan of its length
+        return self(memory, x, start)
 
     @nn.compact
     def __call__(self, memory, x, start):
@@ -198,7 +224,7 @@ class Gate(nn.Module):
         return (1.0 - z) * x + z * h
 
 
-class GatedTransformerStep(nn.Module):
+class GatedTransformerStep(Cell):
     """One step of a one-layer gated transformer-XL (GTrXL, Parisotto et al. 2020): the current embedding attends to
     itself and the last `memory_length` steps of its episode (transformer-XL's memory, Dai et al. 2019), with a learned
     bias per head and age on the attention logits (a relative position in its simplest form); layer norm before
@@ -207,15 +233,18 @@ class GatedTransformerStep(nn.Module):
     Its memory holds each past step's key and value, not its embedding: a key is a function of its step alone, so
     keeping it is exact (gradients still flow to the step that made it) and each step projects one token instead of
     the whole window. Shape (envs, memory_length, 2 x features + 1), newest last; the last channel is 1 where a slot
-    holds a step of this episode; an episode start empties it."""
+    holds a step of this episode; an episode start empties it. It works at its own width (`size`): an embedding of
+    another width is projected to it."""
 
-    memory_length: int
-    num_heads: int
+    def initial_memory(self, num_envs: int):
+        return jnp.zeros((num_envs, self.memory_length, 2 * self.size + 1))
 
     @nn.compact
     def __call__(self, memory, step):
         e, start = step
-        features, head = e.shape[-1], e.shape[-1] // self.num_heads
+        if e.shape[-1] != self.size:
+            e = nn.Dense(self.size, name="embed")(e)
+        features, head = self.size, self.size // self.num_heads
         memory = jnp.where(start[:, None, None], 0.0, memory)
         q, k, v = jnp.split(nn.Dense(3 * features, name="qkv")(nn.LayerNorm()(e)), 3, axis=-1)
         keys = jnp.concatenate([memory[..., :features], k[:, None]], axis=1)  # oldest first, the current step last
@@ -232,44 +261,33 @@ class GatedTransformerStep(nn.Module):
         return jnp.concatenate([memory[:, 1:], newest], axis=1), x
 
 
-SEQUENTIAL_CELLS = {"gru": ResetGRU, "lstm": ResetLSTM, "gtrxl": GatedTransformerStep}
-CELLS = ("gru", "lstm", "lru", "gtrxl")
+CELLS = {"gru": ResetGRU, "lstm": ResetLSTM, "lru": LRU, "gtrxl": GatedTransformerStep}
+
+
+def make_cell(config: Config, name=None) -> Cell:
+    """The --cell of `config`, --cell-size wide."""
+    return CELLS[config.cell](config.cell_size, config.memory_length, config.num_heads, name=name)
 
 
 def initial_memory(config: Config, num_envs: int):
-    """A cell's memory before an episode, zeros: the GRU's hidden state; the LSTM's cell and hidden states, or the
-    LRU's real and imaginary parts, side by side; the GTrXL's window of keys and values, empty."""
-    if config.cell == "gtrxl":
-        return jnp.zeros((num_envs, config.memory_length, 2 * config.hidden_size + 1))
-    return jnp.zeros((num_envs, config.gru_size if config.cell == "gru" else 2 * config.gru_size))
+    """The cell's memory before an episode, zeros."""
+    return make_cell(config).initial_memory(num_envs)
 
 
 class ActorCriticRNN(nn.Module):
     action_dim: int
     discrete: bool
     hidden_size: int
-    gru_size: int
     activation: str
-    cell: str = "gru"
-    memory_length: int = 32
-    num_heads: int = 4
+    cell: Callable  # `make_cell`'s, given its parameters' name (the cell's: "gru", ..., so saved runs still load)
 
     @nn.compact
     def __call__(self, memory, obs, start):
-        """`memory` (`initial_memory`'s shape) before the sequence, `obs` (time, envs, obs_dim), `start` (time, envs)
-        -> (memory after it, the policy's parameters per step: (logits,) or (mean, std), the value per step)."""
+        """`memory` (the cell's `initial_memory`) before the sequence, `obs` (time, envs, obs_dim), `start` (time,
+        envs) -> (memory after it, the policy's parameters per step: (logits,) or (mean, std), the value per step)."""
         act = ACTIVATIONS[self.activation]
         x = act(nn.Dense(self.hidden_size, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(obs))
-        cell = SEQUENTIAL_CELLS.get(self.cell)
-        size = (self.memory_length, self.num_heads) if self.cell == "gtrxl" else (self.gru_size,)
-        if cell is None:  # the LRU, one step or a sequence alike: the associative scan of its length
-            memory, x = LRU(self.gru_size, name="lru")(memory, x, start)
-        elif obs.shape[0] == 1:  # one step (acting): the cell alone, no loop
-            memory, x = cell(*size, name=self.cell)(memory, (x[0], start[0]))
-            x = x[None]
-        else:  # a sequence (the update's replay): the cell scanned over time, with the same parameters
-            scanned = nn.scan(cell, variable_broadcast="params", split_rngs={"params": False})
-            memory, x = scanned(*size, name=self.cell)(memory, (x, start))
+        memory, x = self.cell().sequence(memory, x, start)
         actor = act(nn.Dense(self.hidden_size, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
         # A small last layer keeps the initial policy close to uniform / zero-mean (Andrychowicz et al. 2021).
         out = nn.Dense(self.action_dim, kernel_init=nn.initializers.orthogonal(0.01))(actor)
@@ -332,18 +350,20 @@ def draw_noise(key, shape, discrete: bool):
     return jax.random.gumbel(key, shape) if discrete else jax.random.normal(key, shape)
 
 
-def sample_with_noise(pi, noise, discrete: bool):
-    """A sample of the policy with parameters `pi` from pre-drawn noise: Gumbel-max for a categorical, loc + scale *
-    eps for a Gaussian (the same distributions as sampling them)."""
-    return jnp.argmax(pi[0] + noise, axis=-1) if discrete else pi[0] + pi[1] * noise
+def sample_with_noise(pi, noise):
+    """A sample of `pi` from pre-drawn noise: Gumbel-max for a categorical, loc + scale * eps for a Gaussian
+    (the same distributions as `pi.sample`)."""
+    if isinstance(pi, distrax.Categorical):
+        return jnp.argmax(pi.logits + noise, axis=-1)
+    return pi.loc + pi.scale_diag * noise
 
 
 def make_network(config: Config, env, env_params):
     discrete = envs.is_discrete(env, env_params)
     space = env.action_space(env_params)
     action_dim = space.n if discrete else int(np.prod(space.shape))
-    network = ActorCriticRNN(action_dim, discrete, config.hidden_size, config.gru_size, config.activation, config.cell,
-                             config.memory_length, config.num_heads)
+    network = ActorCriticRNN(action_dim, discrete, config.hidden_size, config.activation,
+                             functools.partial(make_cell, config, config.cell))
     return network, discrete, action_dim
 
 
@@ -368,6 +388,8 @@ def make_train_parts(config: Config):
     if config.anneal_lr:
         anneal = optax.scale_by_schedule(
             optax.linear_schedule(1.0, 0.0, num_updates * config.update_epochs * config.num_minibatches))
+    # optax.flatten: the optimizer on one flat vector, a few large ops per step instead of a few per parameter array
+    # (XLA:CPU pays per op), and the same numbers on one device or several.
     tx = optax.flatten(optax.chain(
         optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.learning_rate, eps=1e-5), anneal))
 
@@ -385,7 +407,7 @@ def make_train_parts(config: Config):
         # One step of the sequence: the time axis has length 1.
         memory, pi, value = network.apply(train_state.params, memory, obs[None], start[None])
         pi, value = jax.tree.map(lambda x: x[0], (pi, value))
-        action = sample_with_noise(pi, action_noise, discrete)
+        action = sample_with_noise(distribution(pi, discrete), action_noise)
         next_obs, env_state, reward, terminated, truncated, info = env.step(
             env_keys, env_state, action, env_params
         )
@@ -523,14 +545,14 @@ def policy(config: Config, runner, key=None):
 def validate(config: Config):
     """Raises ValueError for what PPO-RNN cannot train (the harness checks the shared flags and --env)."""
     harness.require(config, positive=("num_envs", "num_steps", "update_epochs", "num_minibatches", "hidden_size",
-                                      "gru_size", "memory_length", "num_heads", "learning_rate", "clip_coef",
+                                      "cell_size", "memory_length", "num_heads", "learning_rate", "clip_coef",
                                       "max_grad_norm"),
                     unit=("gamma", "gae_lambda"), nonnegative=("vf_coef", "ent_coef"))  # < 0 would ascend the loss
     if config.cell not in CELLS:
         raise ValueError(f"--cell {config.cell!r} is unknown; use one of {', '.join(CELLS)}")
-    if config.cell == "gtrxl" and config.hidden_size % config.num_heads:
-        raise ValueError(f"--num-heads {config.num_heads} does not divide --hidden-size {config.hidden_size}: each "
-                         "of gtrxl's heads attends over an equal share of the embedding")
+    if config.cell == "gtrxl" and config.cell_size % config.num_heads:
+        raise ValueError(f"--num-heads {config.num_heads} does not divide --cell-size {config.cell_size}: each of "
+                         "gtrxl's heads attends over an equal share of its width")
     if config.activation not in ACTIVATIONS:
         raise ValueError(f"--activation {config.activation!r} is unknown; use one of "
                          f"{', '.join(ACTIVATIONS)}")

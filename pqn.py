@@ -101,7 +101,10 @@ class RunnerState(NamedTuple):
 
 
 def linear_epsilon(config: Config, env_steps):
-    """Epsilon after `env_steps` env steps: linear from start_e to end_e, then flat."""
+    """Epsilon after `env_steps` env steps: linear from start_e to end_e, then flat. A constant one (start_e ==
+    end_e, neither swept) reads no exploration_fraction, so a sweep of it is refused rather than training alike."""
+    if isinstance(config.start_e, float) and isinstance(config.end_e, float) and config.start_e == config.end_e:
+        return jnp.full(jnp.shape(env_steps), config.start_e, jnp.float32)
     decay_steps = jnp.maximum(1.0, config.exploration_fraction * config.total_timesteps)
     frac = jnp.clip(env_steps / decay_steps, 0.0, 1.0)
     return config.start_e + frac * (config.end_e - config.start_e)
@@ -146,7 +149,8 @@ def make_train_parts(config: Config):
     if config.anneal_lr:
         anneal = optax.scale_by_schedule(optax.linear_schedule(
             1.0, 0.0, num_updates * config.update_epochs * config.num_minibatches))
-    # optax.flatten: RAdam's moments as one flat vector, a few large ops per step instead of a few per array.
+    # optax.flatten: the optimizer on one flat vector, a few large ops per step instead of a few per parameter array
+    # (XLA:CPU pays per op), and the same numbers on one device or several.
     tx = optax.flatten(optax.chain(
         optax.clip_by_global_norm(config.max_grad_norm), optax.radam(config.learning_rate), anneal))
     td_loss = optax.huber_loss if config.loss == "huber" else optax.squared_error

@@ -181,9 +181,8 @@ def make_train_parts(config: Config):
             config.env, config.num_envs, normalize_obs=True, normalize_reward=True, gamma=config.gamma
         )
     learn_value = config.baseline == "value"
-    # optax.flatten runs Adam on one flat vector: a few large ops per step instead of a few per parameter array,
-    # and a fusion XLA compiles alike with or without sharding (per-array Adam rounded its bias correction
-    # differently on 1 and 2 devices).
+    # optax.flatten: the optimizer on one flat vector, a few large ops per step instead of a few per parameter array
+    # (XLA:CPU pays per op), and the same numbers on one device or several.
     actor_tx = optax.flatten(optax.adam(config.pi_lr))
     critic_tx = optax.flatten(optax.adam(config.vf_lr))
 

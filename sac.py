@@ -191,7 +191,8 @@ def make_train_parts(config: Config):
     actor, critic, scale, twin_q = make_networks(config, env, env_params)
     target_entropy = -config.target_entropy_scale * low.shape[0]
 
-    # optax.flatten: adam on one flat vector per network (as td3.py: the same numbers on one device or several).
+    # optax.flatten: the optimizer on one flat vector, a few large ops per step instead of a few per parameter array
+    # (XLA:CPU pays per op), and the same numbers on one device or several.
     tx = optax.flatten(optax.adam(config.learning_rate))
     nan = jnp.float32(jnp.nan)
 
@@ -282,16 +283,19 @@ def make_train_parts(config: Config):
             learner, alpha_loss = _update_temperature(learner, log_prob)
             critic_target = optax.incremental_update(learner.critic.params, learner.critic_target, config.tau)
             learner = learner._replace(critic_target=critic_target)
-            alpha = alpha_of(learner)
-            return (learner, rng), (critic_loss, actor_loss, alpha_loss, alpha, -log_prob.mean(), q_value)
+            return (learner, rng), (critic_loss, actor_loss, alpha_loss, -log_prob.mean(), q_value)
 
         runner, (done, episode_return, episode_length) = jax.lax.scan(_env_step, runner, None, config.update_every)
         learner, buffer, env_state, obs, rng, env_steps = runner
-        (learner, rng), (critic_loss, actor_loss, alpha_loss, alpha, entropy, q_value) = blocks.run_if(
-            env_steps >= config.learning_starts,
-            lambda carry: jax.lax.scan(lambda carry, _: _update(buffer, carry), carry, None, updates_per_phase),
-            (learner, rng), (jnp.full(updates_per_phase, nan),) * 6,
-        )
+
+        def _updates(carry):
+            # The phase's updates -> their means (nanmean: the actor's loss over the updates that made one).
+            carry, outputs = jax.lax.scan(lambda carry, _: _update(buffer, carry), carry, None, updates_per_phase)
+            return carry, jax.tree.map(jnp.nanmean, outputs)
+
+        # Before learning_starts no update runs, and no loss is reported (NaN).
+        (learner, rng), (critic_loss, actor_loss, alpha_loss, entropy, q_value) = blocks.run_if(
+            env_steps >= config.learning_starts, _updates, (learner, rng), (nan,) * 5)
         episodes = done.sum()
         metrics = {
             "updates": learner.critic.step,
@@ -300,13 +304,13 @@ def make_train_parts(config: Config):
             # without updates).
             "episode_return": (episode_return * done).sum() / episodes,
             "episode_length": (episode_length * done).sum() / episodes,
-            "loss/critic": jnp.nanmean(critic_loss),
-            "loss/actor": jnp.nanmean(actor_loss),
-            "loss/alpha": jnp.nanmean(alpha_loss),
+            "loss/critic": critic_loss,
+            "loss/actor": actor_loss,
+            "loss/alpha": alpha_loss,
             "alpha": alpha_of(learner),
             # -log pi(a|s) of the squashed actions of the updates' batches: what the temperature steers.
-            "entropy": jnp.nanmean(entropy),
-            "q_value": jnp.nanmean(q_value),
+            "entropy": entropy,
+            "q_value": q_value,
         }
         return RunnerState(learner, buffer, env_state, obs, rng, env_steps), metrics
 

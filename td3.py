@@ -174,9 +174,8 @@ def make_train_parts(config: Config):
     half_range = (high - low) / 2
     actor, critic, policy, twin_q, q1 = make_networks(config, env, env_params)
 
-    # optax.flatten runs adam on one flat vector per network, as in ppo: fewer, larger ops, and the same numbers
-    # whether the agents share one device or are split over several (per parameter array, XLA rewrote adam's bias
-    # correction differently in the sharded program: last-bit differences in the losses).
+    # optax.flatten: the optimizer on one flat vector, a few large ops per step instead of a few per parameter array
+    # (XLA:CPU pays per op), and the same numbers on one device or several.
     tx = optax.flatten(optax.adam(config.learning_rate))
     nan = jnp.float32(jnp.nan)
 
@@ -261,11 +260,15 @@ def make_train_parts(config: Config):
 
         runner, (done, episode_return, episode_length) = jax.lax.scan(_env_step, runner, None, config.update_every)
         learner, buffer, env_state, obs, rng, env_steps = runner
+
+        def _updates(carry):
+            # The phase's updates -> their means (nanmean: the actor's loss over the updates that made one).
+            carry, outputs = jax.lax.scan(lambda carry, _: _update(buffer, carry), carry, None, updates_per_phase)
+            return carry, jax.tree.map(jnp.nanmean, outputs)
+
+        # Before learning_starts no update runs, and no loss is reported (NaN).
         (learner, rng), (critic_loss, actor_loss, q_value) = blocks.run_if(
-            env_steps >= config.learning_starts,
-            lambda carry: jax.lax.scan(lambda carry, _: _update(buffer, carry), carry, None, updates_per_phase),
-            (learner, rng), (jnp.full(updates_per_phase, nan),) * 3,
-        )
+            env_steps >= config.learning_starts, _updates, (learner, rng), (nan,) * 3)
         episodes = done.sum()
         metrics = {
             "updates": learner.critic.step,
@@ -274,9 +277,9 @@ def make_train_parts(config: Config):
             # without updates, and the actor's in one without an actor update).
             "episode_return": (episode_return * done).sum() / episodes,
             "episode_length": (episode_length * done).sum() / episodes,
-            "loss/critic": jnp.nanmean(critic_loss),
-            "loss/actor": jnp.nanmean(actor_loss),
-            "q_value": jnp.nanmean(q_value),
+            "loss/critic": critic_loss,
+            "loss/actor": actor_loss,
+            "q_value": q_value,
         }
         return RunnerState(learner, buffer, env_state, obs, rng, env_steps), metrics
 
@@ -310,10 +313,10 @@ def validate(config: Config):
                          "space")
     steps_per_phase = steps_per_iteration(config)
     updates = config.updates_per_step * steps_per_phase
-    if abs(updates - round(updates)) > 1e-9 or round(updates) > 2**31 - 1:  # the length of an int32-counted scan
+    if abs(updates - round(updates)) > 1e-9 or not 1 <= round(updates) <= 2**31 - 1:  # an int32-counted scan's length
         raise ValueError(f"--updates-per-step {config.updates_per_step} x --update-every x --num-envs = "
-                         f"{updates:g} updates per phase; it must be a whole number, at most 2,147,483,647 "
-                         "(2**31 - 1)")
+                         f"{updates:g} updates per phase; it must be a whole number, 1 or more, at most "
+                         "2,147,483,647 (2**31 - 1)")
     if config.total_timesteps < steps_per_phase:
         raise ValueError(f"--total-timesteps {config.total_timesteps} is smaller than one update phase "
                          f"(--num-envs x --update-every = {steps_per_phase}); raise it or shrink the phase")

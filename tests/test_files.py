@@ -86,7 +86,7 @@ def test_the_harness_writes_no_file_through_a_planted_link(tmp_path):
     from scanrl.harness.files import folder, save_figure
     from scanrl.harness.metrics import MetricsCsv
     from scanrl.harness.plots import plot_learning_curve
-    from scanrl.harness.rundir import write_json
+    from scanrl.harness.record import write_json
 
     victim = tmp_path / "victim"
     victim.write_text("precious")

@@ -31,7 +31,7 @@ CONTRACT_ONLY = {"sac": ("sac", dict(total_timesteps=1024, update_every=32, log_
                  "crossq": ("crossq", dict(total_timesteps=1024, update_every=32, log_every=1, learning_starts=256,
                                            batch_size=64, hidden_size=32, critic_width=32, renorm_warmup=64,
                                            num_seeds=2, eval_episodes=2)),
-                 "ppo_rnn": ("ppo_rnn", dict(cell="lru", num_steps=16, gru_size=8, hidden_size=16, eval_episodes=2)),
+                 "ppo_rnn": ("ppo_rnn", dict(cell="lru", num_steps=16, cell_size=8, hidden_size=16, eval_episodes=2)),
                  "ppo_rnn_gtrxl": ("ppo_rnn", dict(cell="gtrxl", num_steps=16, memory_length=4, hidden_size=16,
                                                    eval_episodes=2))}
 CONTRACT_FLAGS.update({case: cli_flags(tiny) for case, (_, tiny) in CONTRACT_ONLY.items()})

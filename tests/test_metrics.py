@@ -6,7 +6,6 @@ import numpy as np
 from cases import NAN
 
 from scanrl.harness.metrics import MetricsCsv, Progress
-from scanrl.harness.tracking import Tracking
 
 
 def test_metrics_csv_writes_counts_as_integers(tmp_path):
@@ -24,9 +23,8 @@ def test_progress_lines_carry_returns_forward(capsys):
 
     import jax.numpy as jnp
 
-    config = SimpleNamespace(seed=0, num_seeds=2)
-    progress = Progress(config, [{}], np.arange(2), Tracking(config, "run", "", [{}], [""], False),
-                        ("env_steps", "episode_return"), period=2)
+    config = SimpleNamespace(seed=0, num_seeds=2, log_every=2)
+    progress = Progress(config, [{}], np.arange(2), ("env_steps", "episode_return"), last=None)
     returns = jnp.array([[NAN, NAN, 5.0, NAN, NAN, NAN], [NAN, NAN, NAN, 7.0, NAN, NAN]])
     rows = {"env_steps": jnp.tile(jnp.arange(1, 7) * 10.0, (2, 1)), "episode_return": returns}
     progress.show(0, 6, rows)
@@ -36,8 +34,8 @@ def test_progress_lines_carry_returns_forward(capsys):
     assert "return mean     6.00  min     5.00  max     7.00" in lines[1] and lines[2].endswith(lines[1][-40:])
 
     # Pieces of 4 iterations with a line every 5: the first piece has no line, and its returns still carry forward.
-    progress = Progress(config, [{}], np.arange(2), Tracking(config, "run", "", [{}], [""], False),
-                        ("env_steps", "episode_return"), period=5)
+    config = SimpleNamespace(seed=0, num_seeds=2, log_every=5)
+    progress = Progress(config, [{}], np.arange(2), ("env_steps", "episode_return"), last=None)
     for start in (0, 4):
         progress.show(start, 4, {k: v[:, start:start + 4] if start == 0 else jnp.concatenate(
             [v[:, 4:], v[:, 4:]], axis=1) for k, v in rows.items()})

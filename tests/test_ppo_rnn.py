@@ -3,6 +3,7 @@ a policy with memory is evaluated with it, each cell trains, and it learns what 
 velocities, MemoryChain (ppo.py's score there, and every cell's on longer chains, are in the learning suite's memory
 results, benchmarks/results/learning_memory.md)."""
 
+import functools
 from types import SimpleNamespace
 
 import jax
@@ -16,12 +17,13 @@ from scanrl import blocks, envs
 
 
 def network(discrete=True, action_dim=2, cell="gru", memory_length=4):
-    return ppo_rnn.ActorCriticRNN(action_dim, discrete, hidden_size=8, gru_size=6, activation="tanh", cell=cell,
-                                  memory_length=memory_length, num_heads=2)
+    config = ppo_rnn.Config(cell=cell, hidden_size=8, cell_size=6, memory_length=memory_length, num_heads=2)
+    return ppo_rnn.ActorCriticRNN(action_dim, discrete, hidden_size=8, activation="tanh",
+                                  cell=functools.partial(ppo_rnn.make_cell, config, cell))
 
 
 def memory_shape(cell, num_envs, memory_length=4):
-    config = ppo_rnn.Config(cell=cell, hidden_size=8, gru_size=6, memory_length=memory_length)
+    config = ppo_rnn.Config(cell=cell, hidden_size=8, cell_size=6, memory_length=memory_length)
     return ppo_rnn.initial_memory(config, num_envs).shape
 
 
@@ -176,7 +178,7 @@ def test_each_cell_trains(cell):
     losses, a memory of the cell's width carried in the runner. That they learn: the memory suite
     (benchmarks/results/learning_memory.md); --resume and --eval: `python -m scanrl.tools.contract ppo_rnn.py
     --cell lru` (the commit names its run)."""
-    config = ppo_rnn.Config(env="Pendulum-v1-masked", cell=cell, total_timesteps=128, num_steps=16, gru_size=8)
+    config = ppo_rnn.Config(env="Pendulum-v1-masked", cell=cell, total_timesteps=128, num_steps=16, cell_size=8)
     key = jax.random.PRNGKey(0)
     runner, metrics = jax.jit(ppo_rnn.make_train(config)).lower(key).compile(FAST_COMPILE_OPTIONS)(key)
     assert runner.memory.shape == (4, 16)

@@ -201,12 +201,37 @@ def test_a_run_written_before_a_field_existed_takes_the_only_value_it_had(tmp_pa
             f"--{field}, so the run trained with --{field} {value}, the only value then\n")
 
 
+def test_a_field_renamed_since_a_run_was_written_reads_as_the_run_trained(tmp_path, capsys):
+    """ppo_rnn.py's --gru-size became --cell-size (issue 89), which now sizes the GTrXL too: it worked at
+    --hidden-size before. A run written before resumes at the width it trained with, said in one line; a record's
+    command names the flag as the script does now, with that width."""
+    import dataclasses
+
+    import ppo_rnn
+    from benchmarks.suite.verify import renamed_flags
+    from scanrl.harness.resume import read_run_config
+
+    for cell, width in (("gru", 16), ("gtrxl", 32)):
+        run_dir = tmp_path / cell
+        run_dir.mkdir()
+        saved = {"algo": "ppo_rnn", **dataclasses.asdict(ppo_rnn.Config(cell=cell, hidden_size=32))}
+        del saved["cell_size"]
+        saved["gru_size"] = 16
+        (run_dir / "config.json").write_text(json.dumps(saved))
+        config = read_run_config(ppo_rnn.ALGORITHM, str(run_dir), "--resume")
+        assert config["cell_size"] == width and "gru_size" not in config
+        assert capsys.readouterr().out == (f"--resume: {run_dir / 'config.json'} has gru_size, which ppo_rnn.py "
+                                           f"calls --cell-size now: {width}\n")
+        assert renamed_flags(["python", "ppo_rnn.py", "--gru-size", "16", "--seed", "0"], "ppo_rnn", config) == [
+            "python", "ppo_rnn.py", "--cell-size", str(width), "--seed", "0"]
+
+
 def test_a_fifo_or_link_where_a_run_reads_back_is_one_line_never_waited_on(tmp_path):
     """A FIFO at metrics.csv hung --resume (the check that no recorded progress is lost read it, and the rebuilt
     file's column order too); a link at checkpoints/ was followed by --resume, and a FIFO there told --eval to
     --resume."""
+    from scanrl.harness.record import columns_kept
     from scanrl.harness.resume import require_checkpoint_folder, require_checkpoints_for_progress
-    from scanrl.harness.rundir import columns_kept
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()

@@ -64,7 +64,7 @@ BAD_CONFIGS = [
     ("ppo_rnn", dict(num_envs=6, num_minibatches=4), "--num-minibatches 4 does not divide --num-envs 6"),
     ("ppo_rnn", dict(total_timesteps=500), "--total-timesteps 500 is smaller than one rollout (--num-envs x "
                                            "--num-steps = 512)"),
-    ("ppo_rnn", dict(cell="gtrxl", num_heads=3), "--num-heads 3 does not divide --hidden-size 64"),
+    ("ppo_rnn", dict(cell="gtrxl", num_heads=3), "--num-heads 3 does not divide --cell-size 64"),
     ("reinforce", dict(activation="gelu"), "--activation 'gelu' is unknown"),
     ("reinforce", dict(num_envs=0), "--num-envs must be a positive integer"),
     ("reinforce", dict(train_v_iters=-1), "--train-v-iters must be a positive integer"),
@@ -76,6 +76,7 @@ BAD_CONFIGS = [
     ("td3", dict(total_timesteps=4), "--total-timesteps 4 is smaller than one update phase (--num-envs x "
                                      "--update-every = 8)"),
     ("td3", dict(updates_per_step=0.3), "updates per phase; it must be a whole number"),
+    ("td3", dict(updates_per_step=0.0625), "updates per phase; it must be a whole number, 1 or more"),
     ("td3", dict(tau=0.0), "--tau must be positive"),
     ("td3", dict(policy_noise=-0.1), "--policy-noise must be 0 or more"),
     ("td3", dict(learning_starts=50_000), "--learning-starts 50000 leaves no steps to learn"),
@@ -143,7 +144,7 @@ def test_defaults_pass_the_checks(script, overrides):
 TINY = {
     "ppo": dict(total_timesteps=2 * 4 * 32, num_steps=32, num_minibatches=2, update_epochs=2, hidden_size=16),
     "ppo_rnn": dict(total_timesteps=2 * 4 * 32, num_steps=32, num_minibatches=2, update_epochs=2, hidden_size=16,
-                    gru_size=8),
+                    cell_size=8),
     "reinforce": dict(total_timesteps=2 * 8 * 32, num_steps=32, train_v_iters=5, hidden_size=16),
     "td3": dict(total_timesteps=64, num_envs=2, update_every=4, learning_starts=32, buffer_size=256, batch_size=16,
                 hidden_size=16),

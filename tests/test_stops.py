@@ -182,12 +182,12 @@ def test_a_failed_write_stops_with_one_line_and_the_run_resumes(writer, finished
     cause, exit 1, the --resume command; resuming then gives the uninterrupted run."""
 
     import ppo
-    from scanrl.harness import summaries
     from scanrl.harness.checkpoints import Checkpoints
     from scanrl.harness.metrics import MetricsCsv
+    from scanrl.harness.record import RunRecord
 
     target = {"metrics": (MetricsCsv, "append"), "checkpoint": (Checkpoints, "save"),
-              "summary": (summaries, "write_summaries")}[writer]
+              "summary": (RunRecord, "write_summaries")}[writer]
     original, calls = getattr(*target), []
 
     def fail_on_the_third_call(*args, **kwargs):

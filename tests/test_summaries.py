@@ -1,4 +1,4 @@
-"""scanrl/harness/summaries.py: the end of a run: every output a run writes, and the final returns."""
+"""The end of a run (`record.RunRecord.finish`): every output a run writes, and the final returns."""
 
 import json
 
@@ -7,7 +7,7 @@ import pytest
 from cases import NAN, checkpoint_steps, read_csv, sparse_metrics
 from conftest import read_run
 
-from scanrl.harness import summaries
+from scanrl.harness import record
 
 
 @pytest.mark.slow
@@ -44,6 +44,6 @@ def test_final_return_falls_back_to_the_last_finished_episode():
     metrics = sparse_metrics(num_seeds=2, iterations=40, every=30)  # episodes end at rows 1, 31 and 2, 32
     metrics["episode_return"][1, 32] = NAN
     metrics["episodes"][1, 32] = 0
-    final, fallback = summaries.final_returns(metrics, with_fallback=True)
+    final, fallback = record.final_returns(metrics, with_fallback=True)
     np.testing.assert_array_equal(fallback, [True, True])  # the last 4 rows hold no episode
     np.testing.assert_array_equal(final, [310.0, 20.0])

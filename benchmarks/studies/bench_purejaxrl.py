@@ -130,7 +130,7 @@ class Args:
 PROGRAMS = {
     "ppo_rnn": {
         "ppo_rnn.py": ("ppo_rnn.py",),
-        "ppo_rnn.py, PureJaxRL's sizes": ("ppo_rnn.py", "--gru-size", "128", "--hidden-size", "128", "--activation",
+        "ppo_rnn.py, PureJaxRL's sizes": ("ppo_rnn.py", "--cell-size", "128", "--hidden-size", "128", "--activation",
                                           "relu"),
         "ppo.py": ("ppo.py",),
     },

@@ -11,6 +11,7 @@ import os
 import numpy as np
 
 from scanrl.harness.files import open_regular, replaced
+from scanrl.harness.migrations import config_now
 
 from .entries import SCRIPT_ALGO, Entry, SuiteError
 from .repository import portable, shown
@@ -311,5 +312,6 @@ def read_record(e: Entry, records) -> dict | None:
         problem = record_problem(record)
     if problem:
         raise SuiteError(f"{shown(path)} cannot be read ({problem}): delete it to run {e.name} again")
+    record["config"] = config_now(SCRIPT_ALGO[e.algo], record["config"])  # an older commit's field names, as now
     check_config(e, record["config"], path)
     return record if record["summary"] else None

@@ -262,7 +262,7 @@ SUITES["memory"] = (
     *(entry(f"{algo}-Craftax-Symbolic-v1", algo, script, "Craftax-Symbolic-v1", 1_000_000, 10,
             (*PPO_CRAFTAX_1M, *flags), reference, gpu_only=algo == "ppo_rnn_gtrxl")
       for algo, script, flags, reference in (
-          ("ppo", "ppo.py", (), CRAFTAX_1M_PPO), ("ppo_rnn", "ppo_rnn.py", ("--cell", "gru", "--gru-size", "256"),
+          ("ppo", "ppo.py", (), CRAFTAX_1M_PPO), ("ppo_rnn", "ppo_rnn.py", ("--cell", "gru", "--cell-size", "256"),
                                                  CRAFTAX_1M_PPO_RNN),
           ("ppo_rnn_gtrxl", "ppo_rnn.py", ("--cell", "gtrxl", "--memory-length", "32"), CRAFTAX_1M_TRXL))),
 )

@@ -22,9 +22,10 @@ import numpy as np
 
 from scanrl.harness import aggregate
 from scanrl.harness.flags import Flags
+from scanrl.harness.migrations import RENAMED_FIELDS
 
 from . import repository
-from .entries import Entry, SuiteError, SuiteStopped
+from .entries import SCRIPT_ALGO, Entry, SuiteError, SuiteStopped
 from .records import read_record, record_path, same_setting
 from .report import fmt, seeds_cell
 from .repository import shown
@@ -125,12 +126,23 @@ def check_flags(parsed, config: dict):
         raise ValueError(f"it has no {', '.join(missing)}, which every command the runner records names")
 
 
+def renamed_flags(words, name, config) -> list[str]:
+    """An older commit's command with the flags script `name` renamed since under their names now, each with its
+    value in the record's config (read as now: `migrations.config_now`)."""
+    renamed = {f"--{old.replace('_', '-')}": new for old, (new, _) in RENAMED_FIELDS.get(name, {}).items()}
+    out = list(words)
+    for i, word in enumerate(words[:-1]):
+        if word in renamed:
+            out[i:i + 2] = [f"--{renamed[word].replace('_', '-')}", str(config[renamed[word]])]
+    return out
+
+
 def recorded_command(e: Entry, record, path, values: dict) -> list[str]:
     """The record's command as a verification runs it: the entry's script, run by this Python, with the command's
     flags (checked: `parse_flags`, `check_flags`), those of `values` (REPLACED) set. SuiteError, one line naming the
     record, for a command that is not of that shape: nothing of it runs."""
     try:
-        words = shlex.split(record["run"]["command"])
+        words = renamed_flags(shlex.split(record["run"]["command"]), SCRIPT_ALGO[e.algo], record["config"])
         if len(words) < 2 or words[0] != "python" or os.path.normpath(words[1]) != os.path.normpath(e.script):
             raise ValueError(f"it does not run {e.script} but {shlex.join(words[:2]) or 'nothing'}; --verify runs "
                              "only the entry's own script")

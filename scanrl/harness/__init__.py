@@ -4,7 +4,15 @@ A script holds one algorithm (its `Config`, networks, `make_train_parts(config) 
 and the checks that belong to it) and hands it over as an `Algorithm` to `harness.main`, which does the rest. A script
 meets five names of it: `prepare_jax`, `Flags`, `require`, `Algorithm`, `main` (its `validate` raises `ValueError`).
 
-The modules, one concern each, a module importing only those above it (a run enters at cli.py and follows train.py):
+A run is the loop (loop.py) and its record (record.py), which writes every file of the run:
+
+    plan (program.py) -> RunRecord(job): the run directory claimed (or taken over by --resume) and owned
+    -> compile -> the agents made (or restored) -> record.start (metrics.csv, wandb, progress)
+    -> each chunk: its pieces, record.piece after each (progress lines, wandb), a non-finite check, record.chunk
+       (the chunk before's rows once its checkpoint is committed, this one's checkpoint started), a stop on a signal
+    -> record.trained -> the final evaluation -> record.finish (summary.json, plots, wandb's end) -> record.release
+
+The modules, one concern each, a module importing only those above it:
 
     flags.py        the command line: the shared `Flags` read by tyro, `ConfigError`, `require`, the flag checks
     algorithm.py    `Algorithm`: what the harness knows of an algorithm
@@ -14,19 +22,17 @@ The modules, one concern each, a module importing only those above it (a run ent
     aggregate.py    IQM and stratified-bootstrap intervals over seeds
     jax_private.py  the private JAX APIs used (the compile cache's store, the coordination service), isolated
     compile_cache.py  JAX's persistent compilation cache, on by default
-    processes.py    several processes: joining, heartbeats, a watchdog per collective (imported only then)
-    agents.py       the devices agents are split over, programs over them, and the collectives of a run
-    memory.py       the memory check, from shapes then from compiled programs, before anything is allocated
+    processes.py    a run of several processes: joining, heartbeats, a watchdog per collective (imported only then)
+    agents.py       the devices agents are split over, programs over them, where the run lives (one process or more)
+    memory.py       the memory check, once, from shapes, before anything is allocated
     checkpoints.py  orbax checkpoints of every agent's whole state, checked before and on restore
     resume.py       --resume, all of it: config.json read back, held to its checkpoint's, then the run restored from it
     sweeps.py       --sweep: its points and the checks of each point's values
-    metrics.py      metrics.csv and the progress lines
+    metrics.py      metrics.csv's rows and the progress lines
     program.py      one agent's programs, made once per run (`plan` -> `Job`): training, evaluation, swept fields traced
     plots.py        learning_curve.png and a sweep's learning_curves.png
-    rundir.py       the run directory: claimed or taken over, owned (the lock), its points' folders
-    loop.py         the compiled run: its memory check, one chunk loop (checkpoint, divergence, stop), evaluations
-    summaries.py    the end of a run: its report, summary.json, plots, outputs, a sweep's ranking
-    train.py        a new or resumed run, along its path: plan, run directory, compile, chunks, evaluation, summaries
+    record.py       a run's record: its directory (claimed, owned), checkpoints, metrics, wandb, summaries and plots
+    loop.py         a run: plan, record, compile, one chunk loop (divergence, stop), evaluation, the record's end
     evaluate.py     --eval: a saved run's config checked, its checkpoint restored, its evaluation run (plan, loop)
     cli.py          `main`: the command line checked, then training, --resume or --eval
 

@@ -1,11 +1,9 @@
 """The agents of a run (sweep points x seeds) over the devices of every process: the devices, a program over them
-(shard_map of a vmap), arrays split over them, and the few collectives a run needs (trivial on one process)."""
+(shard_map of a vmap), arrays split over them, and where the run lives: one process, or several (`placement`)."""
 
 import contextlib
 
 import jax
-import numpy as np
-from jax.experimental import multihost_utils
 from jax.sharding import PartitionSpec
 
 from scanrl.harness.flags import ConfigError, flag
@@ -57,38 +55,20 @@ def local_agents(sharding, num_agents) -> list[int]:
             for i in range(num_agents)[index[0]]]
 
 
-def collective(what, guard="peers_within_timeout"):
-    """A multi-process run's `guard` (`harness.processes`) around a collective (`what`); nothing on one process."""
+class OneProcess:
+    """Where a run of one process lives (`processes.ManyProcesses`: several's): `guard(what)` around a collective and
+    `lost_peers(what)` around a stretch of the run (a lost peer: one line), `gather(tree, what)` every agent's values as
+    numpy on this host, `broadcast(value)` process 0's integer, `any(value)` an integer's largest over the processes
+    (a signal any of them received); on one process, each is the value itself."""
+
+    guard = lost_peers = staticmethod(lambda what="": contextlib.nullcontext())
+    gather = staticmethod(lambda tree, what="": jax.device_get(tree))
+    broadcast = any = staticmethod(lambda value: value)
+
+
+def placement():
+    """The run's processes: `OneProcess`, or `processes.ManyProcesses` (imported only then)."""
     if jax.process_count() == 1:
-        return contextlib.nullcontext()
-    from scanrl.harness import processes
-    return getattr(processes, guard)(what)
-
-
-def exit_on_lost_peers(what="the end of a chunk"):
-    """A multi-process run's guard that turns a lost peer into one line (`harness.processes`); nothing on one."""
-    return collective(what, "exit_on_lost_peers")
-
-
-def gather(tree, what="the end of a chunk"):
-    """Every agent's values as numpy on this host; with several processes a collective that all of them join."""
-    if jax.process_count() > 1:
-        with collective(what):
-            return multihost_utils.process_allgather(tree, tiled=True)
-    return jax.device_get(tree)
-
-
-def broadcast(value: int) -> int:
-    """Process 0's value of an integer, on every process."""
-    if jax.process_count() == 1:
-        return value
-    with collective("the start of the run"):
-        return int(multihost_utils.broadcast_one_to_all(np.int32(value)))
-
-
-def any_process(value: int) -> int:
-    """The largest of an integer over all processes (e.g. a signal any of them received)."""
-    if jax.process_count() == 1:
-        return value
-    with collective("a chunk's checkpoint"):
-        return int(np.max(multihost_utils.process_allgather(np.int32(value))))
+        return OneProcess()
+    from scanrl.harness.processes import ManyProcesses
+    return ManyProcesses()

@@ -17,13 +17,11 @@ import orbax.checkpoint as ocp
 
 from scanrl.harness.files import folder
 from scanrl.harness.flags import ConfigError, escaped
+from scanrl.harness.migrations import RENAMED_STATE
 
 # What orbax says when the state it is asked to restore has other keys or leaves than the checkpoint: the script's
 # state changed (a fork edited, an older version), not damage; older checkpoints of the run would say the same.
 STRUCTURE_MISMATCH = ("Structure mismatch", "tree structures do not match", "not found in metadata_tree")
-# Fields of an agent's state renamed since runs were written, {name then: name now}: dqn_tabular_q.py's replay buffer
-# held its write position as `position` until it became blocks.ReplayBuffer (`pos`). Such a run restores as written.
-RENAMED_FIELDS = {"position": "pos"}
 
 
 def quiet_abandoned_reads():
@@ -160,7 +158,7 @@ class Checkpoints(contextlib.AbstractContextManager):
         return None
 
     def _restore(self, step, items):
-        """orbax's restore of `items`; a runner from before a field was renamed (`RENAMED_FIELDS`) too."""
+        """orbax's restore of `items`; a runner from before a leaf was renamed (`migrations.RENAMED_STATE`) too."""
         try:
             return self.manager.restore(step, args=ocp.args.Composite(**items))
         except Exception as error:
@@ -169,7 +167,7 @@ class Checkpoints(contextlib.AbstractContextManager):
             abstract = ocp.tree.to_flat_dict(items["runner"].item)
             restored = self.manager.restore(step, args=ocp.args.Composite(**{**items,
                                                                              "runner": ocp.args.StandardRestore()}))
-            held = {tuple(RENAMED_FIELDS.get(k, k) for k in path): x
+            held = {tuple(RENAMED_STATE.get(k, k) for k in path): x
                     for path, x in ocp.tree.to_flat_dict(restored.runner).items()}
             if held.keys() != abstract.keys():
                 raise error from None

@@ -10,11 +10,11 @@ import jax
 from scanrl.harness import compile_cache
 from scanrl.harness.evaluate import evaluate_run
 from scanrl.harness.flags import ConfigError, check_env, check_flags, flag, parse_flags
+from scanrl.harness.loop import train
 from scanrl.harness.memory import size_flags
 from scanrl.harness.resume import resumed
 from scanrl.harness.stops import RunStopped, StopRequest, env_failure
 from scanrl.harness.sweeps import sweep_points
-from scanrl.harness.train import train
 
 
 def main(algorithm, config=None):

@@ -126,8 +126,7 @@ def start(flag: str | None) -> str | None:
     finally:
         os.umask(umask)
     jax.config.update("jax_compilation_cache_dir", path)
-    # every program, the small ones too: a warm tiny run of ppo.py took 0.6-0.9 s less than with only those compiled
-    # in over 0.5 s cached, and the same when cold (2 cores, 2026-11-30)
+    # every program, the small ones too (what that saves: docs/speed.md, "What makes the default run fast")
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     install_cache_store(FileCache(path))  # in place of JAX's (it is made lazily, so not made yet)
     return path

@@ -7,7 +7,6 @@ import os
 import jax
 import numpy as np
 
-from scanrl.harness.agents import gather
 from scanrl.harness.checkpoints import Checkpoints
 from scanrl.harness.flags import ConfigError, check_env, check_flags, check_paths, require_int32
 from scanrl.harness.loop import awake, compile_job, run_evaluation
@@ -81,7 +80,7 @@ def evaluate_run(algorithm, config, stop):
     if config.gif is not None:
         index = config.seed_index or 0
         swept = {k: np.asarray(v)[index].item() for k, v in job.swept.items()}
-        agent = jax.tree.map(lambda x: np.asarray(x)[index], gather(runner, "the evaluation"))
+        agent = jax.tree.map(lambda x: np.asarray(x)[index], job.processes.gather(runner, "the evaluation"))
         act = eval_policy(algorithm, job.parts(swept)[0], agent, eval_keys[index], config.eval_sampled)
         stop.stop_at_once(f"stopped while drawing the episode; {config.gif} was not written (the returns above are "
                           "the evaluation's)")

@@ -1,9 +1,11 @@
 """Files the harness writes, one way (`replaced`: whole, never through a link), in folders that are not links and no
-one else can rewrite (`foreign_folder`); appends never follow a link; a run directory's owner (`RunLock`). No JAX."""
+one else can rewrite (`foreign_folder`); appends never follow a link; a run directory claimed (`claim_run_directory`)
+and its owner (`RunLock`). No JAX."""
 
 import contextlib
 import errno
 import fcntl
+import json
 import os
 import secrets
 import stat
@@ -158,3 +160,31 @@ class RunLock(contextlib.AbstractContextManager):
 
     def __exit__(self, *exc):
         self.release()
+
+
+def claim_run_directory(path, config_json) -> str:
+    """Creates the run directory `path` (or takes an empty one) and its config.json, exclusively: of two runs started
+    at once with one name, one gets it. -> "" if claimed, else the error line."""
+    if not os.path.lexists(path) and (foreign := foreign_folder(path)):  # a folder above it others can rename in
+        return f"run directory {path} {foreign}"
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)  # the out dir: a link the user named is theirs
+        try:
+            os.mkdir(path, 0o755)  # no one else may write in it (`foreign_folder`), whatever the umask
+        except FileExistsError:
+            if os.path.islink(path):  # planted in a shared out dir, a link would lead the run anywhere
+                return f"run directory {path} is a link, and a run never writes through one; choose another --run-name"
+            if os.listdir(path):
+                raise
+            if foreign := foreign_folder(path):  # an empty folder someone else made: not taken
+                return f"run directory {path} {foreign}; a new run takes only an empty folder of its own; choose " \
+                       "another --run-name"
+        if os.path.islink(path):  # made a link between our mkdir and now
+            raise FileExistsError
+        with open(os.path.join(path, "config.json"), "x") as f:  # "x": fails if another run created it first
+            json.dump(config_json, f, indent=2)
+    except FileExistsError:
+        return f"run directory {path} exists and is not empty; choose another --run-name, or --resume it"
+    except OSError as error:
+        return f"cannot create the run directory {path}: {error.strerror}; choose another --out-dir"
+    return ""

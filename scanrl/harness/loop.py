@@ -1,7 +1,8 @@
-"""The compiled run and its one loop: the job's programs compiled (with the memory check), then chunks of pieces of the
-scan from fresh agents (`program.Job.fresh_agents`) or --resume's checkpoint (`resume.restored_run`), each chunk
-ending in a non-finite check, a checkpoint and its metrics.csv rows, a stop on a signal; and any evaluation, in
-pieces, awake to a signal. Training, --resume, --eval and the contract check run over it."""
+"""A run, as the loop and its record: the job planned (`program.plan`), its record opened (`record.RunRecord`: the run
+directory claimed or taken over), its programs compiled, then chunks of pieces of the scan from fresh agents
+(`program.Job.fresh_agents`) or --resume's checkpoint (`resume.restored_run`), the record called after each piece and
+each chunk (a non-finite check, a checkpoint, the rows, a stop on a signal), the final evaluation in pieces awake to a
+signal, and the record's summaries. --eval and the contract check run its compile and evaluation."""
 
 import contextlib
 import dataclasses
@@ -17,20 +18,48 @@ import numpy as np
 
 from scanrl.envs.custom import import_reference
 from scanrl.harness import stops
-from scanrl.harness.agents import any_process, collective, exit_on_lost_peers, gather, local_agents, to_agents
-from scanrl.harness.checkpoints import Checkpoints
+from scanrl.harness.agents import to_agents
 from scanrl.harness.files import folder
 from scanrl.harness.flags import ConfigError, flag, point_label
-from scanrl.harness.memory import check_memory
-from scanrl.harness.metrics import Progress, plural
-from scanrl.harness.program import CHECKPOINT_S, evaluation_keys
+from scanrl.harness.memory import compiled_bytes
+from scanrl.harness.metrics import plural
+from scanrl.harness.program import CHECKPOINT_S, evaluation_keys, plan
+from scanrl.harness.record import RunRecord
 from scanrl.harness.resume import restored_run
+
+
+def train(algorithm, config, points, exit_process=False):
+    """A new or resumed run. `exit_process`: a command line's run, which a second Ctrl-C ends at once."""
+    job, record = plan(algorithm, config, points), None
+    try:
+        # From here on Ctrl-C or SIGTERM (during compilation too) stop the run where the running chunk ends, and a
+        # lost peer at a collective anywhere in the run is one line.
+        with job.processes.lost_peers("a step the processes take together"), stops.StopRequest(exit_process) as stop:
+            described = job.describe()
+            record = RunRecord(job)  # claimed (config.json written) or taken over, and owned
+            if job.lead:
+                print(f"{described}, run dir {record.path}", flush=True)
+            compiled, evaluation, compile_s = compile_run(job, record, stop)
+            trained = train_run(job, compiled, record, stop)
+            if trained is None:  # a finished run, left alone
+                return
+            runner, history, extra = trained
+            resume = stops.resume_command(algorithm.script, record.path, job.config.env)
+            eval_returns = run_evaluation(evaluation, job, runner, stop, "stopped during the final evaluation; "
+                                          "training is finished, its checkpoint and metrics.csv written, summary.json "
+                                          f"not: evaluate and summarise it with: {resume}")
+            stop.stop_at_once("stopped while writing the summaries; training and evaluation are finished, the "
+                              f"checkpoint and metrics.csv written, summary.json perhaps not: write it with: {resume}")
+            record.finish(eval_returns, runner, history, {**extra, "compile_s": compile_s})
+    finally:  # the run directory is owned until the end
+        if record is not None:
+            record.release()
 
 
 def compile_job(job, training=True) -> tuple:
     """-> (the compiled training program, None without `training`; the compiled evaluation; seconds taken). From shapes
-    alone, so a run too big for memory or an error the user's own env raised while traced is refused (ConfigError)
-    before anything is allocated. Tracing the training gives `job.metric_keys`."""
+    alone, so an error the user's own env raised while traced is refused (ConfigError) before anything is allocated.
+    Tracing the training gives `job.metric_keys`."""
     start = time.perf_counter()
     try:
         count = jax.ShapeDtypeStruct((), jnp.int32)  # a piece's first iteration, an evaluation piece's last step
@@ -46,32 +75,30 @@ def compile_job(job, training=True) -> tuple:
         if failure is None:
             raise
         raise failure from None
-    compile_s = time.perf_counter() - start
-    history_bytes = len(job.keys) * job.num_iterations * len(job.metric_keys) * 4 if training else 0
-    state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(job.abstract_runner))
-    local_state_bytes = state_bytes * len(local_agents(job.sharding, len(job.keys))) // len(job.keys)
-    check_memory(job.config, local_state_bytes, [compiled] if training else [], history_bytes, evaluation[1])
-    return compiled, evaluation, compile_s
+    return compiled, evaluation, time.perf_counter() - start
 
 
-def compile_run(job, run_dir, stop):
+def compile_run(job, record, stop):
     """A run's programs (`compile_job`), compiled with the main thread awake to signals: a new run that cannot start
     (ConfigError) leaves no directory behind; a signal during compilation stops it before any training."""
     stop.doing, doing = "stopping once compiled, before any training", stop.doing
     try:
         compiled = awake(compile_job, job)
     except ConfigError:
-        run_dir.give_up()
+        record.give_up()
         raise
     stop.doing = doing
-    if signum := any_process(stop.signal or 0):  # nothing trained yet, nothing to wait for
+    if signum := job.processes.any(stop.signal or 0):  # nothing trained yet, nothing to wait for
         resume = job.config.resume is not None
         raise stops.RunStopped(f"{signal.Signals(signum).name}: stopped while compiling, before any training: nothing "
                                f"was trained{' further' if resume else ''}; {'continue' if resume else 'start it'} "
-                               f"with: {stops.resume_command(job.algorithm.script, run_dir.path, job.config.env)}",
+                               f"with: {stops.resume_command(job.algorithm.script, record.path, job.config.env)}",
                                128 + signum)
     if job.lead:
-        print(f"compiled in {compiled[2]:.1f} s", flush=True)
+        need = compiled_bytes([compiled[0], compiled[1][1]])
+        size = f"{need / 1e9:.1f} GB" if need >= 1e9 else f"{max(1, round(need / 1e6))} MB"
+        print(f"compiled in {compiled[2]:.1f} s" + (f" (its programs need about {size} of memory)" if need else ""),
+              flush=True)
     return compiled
 
 
@@ -81,25 +108,26 @@ def on_agents(runner, sharding):
     return jax.tree.map(lambda x: x if x.sharding == sharding else jax.device_put(x, sharding), runner)
 
 
-def run_pieces(compiled, job, runner, start, end, progress, stop=None, deadline=float("inf")):
+def run_pieces(compiled, job, runner, start, end, record=None, stop=None, deadline=float("inf")):
     """Pieces of the compiled scan from iteration `start` until a chunk ends: at `end`, or after a piece once the clock
-    passes `deadline` (time.perf_counter) or a stop request (`stop`) came, on any process; a piece's progress is
-    printed while the next runs. -> (runner, every agent's metrics of the iterations run as numpy, iteration reached)"""
+    passes `deadline` (time.perf_counter) or a stop request (`stop`) came, on any process; a piece goes to the
+    `record` (its progress) while the next runs. -> (runner, every agent's metrics of the iterations run as numpy,
+    iteration reached)"""
     pieces = []
     while start < end:
         runner, rows = compiled(on_agents(runner, job.sharding), np.int32(start), job.swept)  # not awaited
-        if progress is not None and pieces:
+        if record is not None and pieces:
             wait_ready(pieces[-1][1])  # the next piece is queued meanwhile
-            progress.show(pieces[-1][0], job.length, pieces[-1][1])
+            record.piece(pieces[-1][0], job.length, pieces[-1][1])
         pieces.append((start, rows))
         start += job.length
         due = time.perf_counter() > deadline or (stop is not None and bool(stop.signal))
-        if start < end and any_process(int(due)):
+        if start < end and job.processes.any(int(due)):
             break
     wait_ready(pieces[-1][1])
-    if progress is not None:
-        progress.show(pieces[-1][0], job.length, pieces[-1][1])
-    gathered = gather([rows for _, rows in pieces])
+    if record is not None:
+        record.piece(pieces[-1][0], job.length, pieces[-1][1])
+    gathered = job.processes.gather([rows for _, rows in pieces])
     return runner, {key: np.concatenate([rows[key] for rows in gathered], axis=1) for key in gathered[0]}, start
 
 
@@ -153,69 +181,45 @@ def run_evaluation(evaluation, job, runner, stop, stopped, what="the final evalu
         wait_ready(carry.finished, stop, stopped)
         local = [np.asarray(shard.data) for shard in carry.finished.addressable_shards]
         finished, episodes = sum(int(x.sum()) for x in local), sum(x.size for x in local)
-        if not any_process(int(finished < episodes)):
+        if not job.processes.any(int(finished < episodes)):
             break
         if job.lead and time.perf_counter() - shown > 10:
             shown = time.perf_counter()
             print(f"{what}: {finished:,} of {episodes:,} episodes ended after {until:,} env steps (the "
                   f"time limit: {job.eval_steps:,}); Ctrl-C stops it", flush=True)
-    return gather(carry.returns, what)
+    return job.processes.gather(carry.returns, what)
 
 
-def train_run(job, compiled, run_dir, tracking, stop):
-    """The chunks of a compiled run, with its checkpoints and metrics (to wandb: `tracking`) -> (runner, history,
-    {resumed_after_iteration, train_s}); None for a finished run. A failed write ends it in one line (exit 1)."""
-    algorithm, config = job.algorithm, job.config
-    progress = Progress(config, job.points, local_agents(job.sharding, len(job.keys)), tracking, job.metric_keys,
-                        config.log_every)
+def train_run(job, compiled, record, stop):
+    """The chunks of a compiled run, in its record -> (runner, history, {resumed_after_iteration, train_s}); None for a
+    finished run. A failed write ends it in one line (exit 1)."""
+    config = job.config
     try:
-        # exit_on_lost_peers is left first: a lost peer ends this process before orbax waits for it.
-        with Checkpoints(run_dir.path, config.keep_checkpoints) as checkpoints, exit_on_lost_peers():
-            restored = restored_run(job, checkpoints, run_dir) if config.resume is not None else None
+        # lost_peers is left first: a lost peer ends this process before orbax waits for it.
+        with record.saving() as checkpoints, job.processes.lost_peers():
+            restored = restored_run(job, checkpoints, record.path) if config.resume is not None else None
             runner, history, done = restored or (job.fresh_agents(), None, 0)
             if runner is None:
-                tracking.finish()
                 return None
-            if job.lead:
-                run_dir.open_metrics(job.metric_keys, history)
-            progress.start, progress.last = time.perf_counter(), job.num_iterations - 1
-            progress.start_steps = int(history["env_steps"][0, done - 1]) if done else 0
-            runner, history = train_chunks(job, compiled, runner, history, done, checkpoints, run_dir, progress, stop)
+            record.start(history, done)
+            start = time.perf_counter()
+            runner, history = train_chunks(job, compiled, runner, history, done, record, stop)
     except BaseException as error:
-        tracking.finish(exit_code=1)
-        if isinstance(error, OSError):  # metrics.csv or a checkpoint could not be written
-            raise stops.write_failed(error, algorithm.script, run_dir.path, config.env) from None
-        checkpoints_dir = os.path.join(run_dir.path, "checkpoints")
-        trained = os.path.isdir(checkpoints_dir) and any(s.isdigit() for s in os.listdir(checkpoints_dir))
-        failure = stops.callback_failure(error, algorithm.script, run_dir.path, config.env,
-                                         trained or config.resume is not None)
-        if failure is None:
+        if (failure := record.failed(error)) is None:
             raise
-        if not trained:
-            run_dir.give_up()
         raise failure from None
-    train_s = time.perf_counter() - progress.start
+    train_s = time.perf_counter() - start
     if job.lead:
         print(f"trained in {train_s:.1f} s; evaluating {plural(len(job.keys), 'agent')} on "
               f"{plural(config.eval_episodes, 'episode')} each, then writing the summaries and plots", flush=True)
     return runner, history, {"resumed_after_iteration": done or None, "train_s": train_s}
 
 
-def train_chunks(job, compiled, runner, history, done, checkpoints, run_dir, progress, stop):
-    """The chunks after iteration `done`, each followed by a non-finite check, a checkpoint and a stop if a signal
-    came. -> (runner, every iteration's metrics). A chunk's rows go to metrics.csv once its checkpoint is committed:
-    rows on disk never run ahead of a checkpoint, so a kill at any moment leaves a run --resume goes on from."""
-    config, profile_dir = job.config, os.path.join(run_dir.path, "profile")
-    first, pending, signum = done, None, 0  # pending: (first iteration, rows) of the chunk whose checkpoint is written
-
-    def write_pending():
-        with collective("a chunk's checkpoint"):
-            checkpoints.wait()
-        if job.lead:
-            run_dir.lock.check()  # the rows, and the next checkpoint, go to the directory the run claimed or nowhere
-            if pending is not None:
-                run_dir.append_metrics(*pending)
-
+def train_chunks(job, compiled, runner, history, done, record, stop):
+    """The chunks after iteration `done`, each handed to the record (a checkpoint, the rows) after a non-finite check,
+    and a stop if a signal came. -> (runner, every iteration's metrics)."""
+    config, profile_dir = job.config, os.path.join(record.path, "profile")
+    first, signum = done, 0
     while done < job.num_iterations and not signum:
         end = job.num_iterations if job.ends is None else next(e for e in job.ends if e > done)
         deadline = time.perf_counter() + CHECKPOINT_S if job.ends is None else float("inf")
@@ -224,25 +228,21 @@ def train_chunks(job, compiled, runner, history, done, checkpoints, run_dir, pro
             end = done + job.length
         tracing = jax.profiler.trace(folder(profile_dir), create_perfetto_trace=True) if profiled else None
         with tracing or contextlib.nullcontext():
-            runner, metrics, reached = run_pieces(compiled, job, runner, done, end, progress if job.lead else None,
+            runner, metrics, reached = run_pieces(compiled, job, runner, done, end, record if job.lead else None,
                                                   stop, deadline)
-        write_pending()
-        if diverged := bool(metrics["nonfinite"].any()):
-            if job.lead:  # the diverged rows, to see where; --resume would go on from the last checkpoint
-                run_dir.append_metrics(done, metrics)
-            check_divergence(job, history, metrics, done)
+        diverged = check_divergence(job, history, metrics, done) if metrics["nonfinite"].any() else None
         history = metrics if history is None else jax.tree.map(
             lambda a, b: np.concatenate([a, b], axis=1), history, metrics)
-        with collective("a chunk's checkpoint"):  # orbax syncs the processes
-            checkpoints.save(reached, runner, history, job.algorithm.name, config)
-        pending = None if diverged else (done, metrics)
+        record.chunk(done, reached, runner, history, metrics, save=diverged is None)
+        if diverged is not None:  # the rows written, the last good checkpoint kept
+            raise diverged
         done = reached
-        signum = any_process(stop.signal or 0)  # a signal to any process stops them all
-    write_pending()
+        signum = job.processes.any(stop.signal or 0)  # a signal to any process stops them all
+    record.trained()
     if done < job.num_iterations:
         raise stops.RunStopped(f"{signal.Signals(signum).name}: stopped after iteration {done} of "
                                f"{job.num_iterations}, metrics and checkpoint written; continue with: "
-                               f"{stops.resume_command(job.algorithm.script, run_dir.path, config.env)}", 128 + signum)
+                               f"{stops.resume_command(job.algorithm.script, record.path, config.env)}", 128 + signum)
     if config.profile and job.lead:
         print(f"profiler trace of iterations {first + 1} to {first + job.length} in {profile_dir}: open its "
               "*.trace.json.gz at https://ui.perfetto.dev")
@@ -250,9 +250,9 @@ def train_chunks(job, compiled, runner, history, done, checkpoints, run_dir, pro
 
 
 def check_divergence(job, history, metrics, start):
-    """A chunk (iterations after `start`) with `nonfinite` flags set stops the run (RunStopped), unless it is a sweep
-    with finite points left: then each newly diverged point is named in a warning and trains on (its numbers NaN, its
-    summary's `diverged_at_iteration` set) while the healthy points finish."""
+    """A chunk (iterations after `start`) with `nonfinite` flags set stops the run (-> its RunStopped), unless it is a
+    sweep with finite points left: then each newly diverged point is named in a warning and trains on (its numbers
+    NaN, its summary's `diverged_at_iteration` set) while the healthy points finish (-> None)."""
     names = [f.name for f in dataclasses.fields(job.config)
              if f.name in ("learning_rate", "max_grad_norm") or f.name.endswith("_lr")] or ["learning_rate"]
     hint = "Lower " + " or ".join(flag(name) for name in names)
@@ -264,9 +264,10 @@ def check_divergence(job, history, metrics, start):
     before = (np.zeros(num_points, bool) if history is None
               else history["nonfinite"].reshape(num_points, job.config.num_seeds, -1).any(axis=(1, 2)))
     if num_points == 1 or (now | before).all():
-        raise stops.nonfinite_stop(job.names, start, flags, hint)
+        return stops.nonfinite_stop(job.names, start, flags, hint)
     if job.lead:
         for p in np.flatnonzero(now & ~before):
             print(f"warning: sweep point {point_label(job.points[p])} diverged (non-finite loss or parameters, first "
                   f"at iteration {start + by_point[p].argmax() + 1}); the other points train on. {hint}",
                   file=sys.stderr, flush=True)
+    return None

@@ -1,5 +1,6 @@
-"""The memory check, before anything is allocated: the agents' state (from shapes) and the compiled programs'
-needs (XLA's memory analysis) against what the device, the host or its cgroup has left."""
+"""The memory check, once, before anything is allocated: the agents' state and their final evaluation (from shapes)
+against what the device, the host or its cgroup has left; the compiled programs' own figure (XLA's memory analysis)
+reported."""
 
 import contextlib
 import dataclasses
@@ -60,38 +61,36 @@ def beyond_int64(error) -> bool:
     return False
 
 
-def check_memory(config, state_bytes, programs=None, host_bytes=0, evaluation=None, agents=None):
-    """ConfigError when the run cannot fit in what this process's first device (or the host) has available. Before
-    anything is made per agent (`programs` None): the state of this process's `agents` (`state_bytes`) twice (training
-    and a checkpoint's host copy), and their keys. Once compiled: each program's (and the final `evaluation`'s)
-    arguments, outputs and temporaries (XLA's `memory_analysis`, per device; on CPU the devices share the host's
-    memory, so they add up), plus a checkpoint's host copy of the state and `host_bytes` (the metrics history)."""
-    lower, what = size_flags(config, host_bytes > state_bytes), "agents"
-    if programs is None:
-        need, what = 2 * state_bytes + 8 * agents, f"{agents:,} agents"
-    else:
-        needs = []
-        for program in [*programs, evaluation] if evaluation is not None else programs:
-            stats = program.memory_analysis()
-            if stats is None:
-                return
-            needs.append(stats.argument_size_in_bytes + stats.output_size_in_bytes - stats.alias_size_in_bytes
-                         + stats.temp_size_in_bytes)
-        on_cpu = jax.local_devices()[0].platform == "cpu"
-        need = max(needs) * (len(jax.local_devices()) if on_cpu else 1) + (state_bytes + host_bytes if on_cpu else 0)
-        if evaluation is not None and needs[-1] > max(needs[:-1], default=0):
-            lower = (f"{flag('eval_episodes')} (the final evaluation plays {config.eval_episodes:,} episodes per agent "
-                     f"at once), or {lower}")
+def check_memory(config, state_bytes, agents, evaluation_bytes=0):
+    """ConfigError when the run cannot fit in what this process's first device (or the host) has available, checked
+    once, from shapes, before anything is made per agent: the state of this process's `agents` (`state_bytes`, all of
+    them) twice (training, and a checkpoint's host copy), their keys, and the final evaluation's envs and returns
+    (`evaluation_bytes`, all of them)."""
+    need, lower = 2 * state_bytes + 8 * agents + evaluation_bytes, size_flags(config)
+    if evaluation_bytes > state_bytes:
+        lower = (f"{flag('eval_episodes')} (the final evaluation plays {config.eval_episodes:,} episodes per agent "
+                 f"at once), or {lower}")
     free, where = available_memory(jax.local_devices()[0])
     if free is not None and need > free:
         raise ConfigError(f"the run needs about {need / 1e9:.1f} GB of memory ({state_bytes / 1e9:.1f} GB of it the "
-                          f"state of its {what}) and {where} has {free / 1e9:.1f} GB available: lower {lower}")
+                          f"state of its {agents:,} agents) and {where} has {free / 1e9:.1f} GB available: lower "
+                          f"{lower}")
 
 
-def size_flags(config, history=False) -> str:
+def compiled_bytes(programs) -> int:
+    """XLA's own figure for the largest compiled program (arguments, outputs and temporaries per device; on CPU the
+    devices share the host's memory), 0 where XLA gives none: reported as the run compiles, not checked again."""
+    stats = [program.memory_analysis() for program in programs]
+    if not stats or None in stats:
+        return 0
+    devices = len(jax.local_devices()) if jax.local_devices()[0].platform == "cpu" else 1
+    return devices * max(s.argument_size_in_bytes + s.output_size_in_bytes - s.alias_size_in_bytes
+                         + s.temp_size_in_bytes for s in stats)
+
+
+def size_flags(config) -> str:
     """The flags that lower the memory a run needs: "--num-seeds, --buffer-size or --hidden-size"."""
     flags = [flag("num_seeds")] + ([flag("sweep") + " values"] if config.sweep else [])
     own = [f.name for f in dataclasses.fields(config) if f.name not in Flags.__dataclass_fields__]
     flags += [flag(name) for name in own if re.search(r"size|num_envs|num_steps", name)]
-    flags += [flag("total_timesteps")] if history else []
     return f"{', '.join(flags[:-1])} or {flags[-1]}" if len(flags) > 1 else flags[0]

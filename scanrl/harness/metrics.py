@@ -1,5 +1,5 @@
 """What a run reports as it trains: metrics.csv (its rows appended as chunks end) and the progress lines, with each
-sweep point's metrics to its wandb run (`tracking.Tracking`)."""
+sweep point's metrics for its wandb run. The run's record (`record.RunRecord`) writes them."""
 
 import csv
 import os
@@ -14,7 +14,7 @@ COUNTS = ("env_steps", "episodes", "updates")  # metrics that count something, w
 
 class MetricsCsv:
     """<run dir>/metrics.csv: a row per iteration (counted from 1, as checkpoints/<iterations done>) and agent, in
-    iteration order whatever the chunking; appended once a chunk's checkpoint is committed (loop.train_chunks)."""
+    iteration order whatever the chunking; appended once a chunk's checkpoint is committed (`RunRecord.chunk`)."""
 
     def __init__(self, path, keys, seeds, history=None, make_dir=False):
         """A new file (`files.replaced`) with its header, and the rows of `history` {key: (agents, iterations)}."""
@@ -42,32 +42,35 @@ class MetricsCsv:
 
 class Progress:
     """The progress lines of a run (process 0): after each piece of a chunk, a line for each iteration due (every
-    `period`, and the last) over this process's agents, and each sweep point's metrics to its wandb run."""
+    --log-every, and the last) over this process's agents, with each sweep point's metrics for its wandb run."""
 
-    def __init__(self, config, points, agents, tracking, keys, period):
+    def __init__(self, config, points, agents, keys, last, start_steps=0):
+        """`last`: the run's last iteration (its line is always shown); `start_steps`: env steps per agent already done
+        (a resumed run). A line every --log-every iterations."""
         self.seed, self.num_seeds, self.points, self.keys = config.seed, config.num_seeds, points, keys
-        self.agents, self.tracking, self.period = np.sort(agents), tracking, period
-        self.last = None  # the run's last iteration: always shown, whatever the period
+        self.agents, self.period, self.last, self.start_steps = np.sort(agents), config.log_every, last, start_steps
         self.start = time.perf_counter()
-        self.start_steps = 0  # env steps per agent already done at `start` (a resumed run)
         # Per agent, the return of its latest finished episodes: a line where none ended still shows where it is.
         self.latest = np.full(len(self.agents), np.nan)
 
-    def show(self, start, count, rows):
-        """`rows`: iterations start .. start + count - 1 over all agents; this process reads its own shards."""
+    def show(self, start, count, rows) -> list:
+        """`rows`: iterations start .. start + count - 1 over all agents; this process reads its own shards. Prints
+        the lines due -> [(sweep point, its metrics for wandb, env steps)] of each line."""
         due = [i for i in range(count) if (start + i + 1) % self.period == 0 or start + i == self.last]
         # Rows of this process's agents, in ascending order; without a line due, the returns alone, carried forward.
         local = {k: np.concatenate([np.asarray(shard.data) for shard in
                                     sorted(v.addressable_shards, key=lambda shard: shard.index[0].start or 0)])
                  for k, v in rows.items() if due or k == "episode_return"}
+        logs = []
         for i in range(count):
             returns = local["episode_return"][:, i].astype(float)
             self.latest = np.where(np.isnan(returns), self.latest, returns)
             if i in due:
-                self._emit(start + i, {**{k: v[:, i].astype(float) for k, v in local.items()},
-                                       "episode_return": self.latest.copy()})
+                logs += self._emit(start + i, {**{k: v[:, i].astype(float) for k, v in local.items()},
+                                               "episode_return": self.latest.copy()})
+        return logs
 
-    def _emit(self, iteration, metrics):
+    def _emit(self, iteration, metrics) -> list:
         agents, returns, env_steps = self.agents, metrics["episode_return"], int(metrics["env_steps"][0])
         sps = (env_steps - self.start_steps) * len(agents) / (time.perf_counter() - self.start)
         line = f"iteration {iteration + 1:6d}  env_steps {env_steps:10d}"
@@ -82,7 +85,8 @@ class Progress:
         if len(agents) < len(self.points) * self.num_seeds:
             line += f"  ({plural(len(agents), 'agent')} of process 0)"
         print(line, flush=True)
-        for p in self.tracking.tracked():
+        logs = []
+        for p in range(len(self.points)):
             mine = point == p
             if not mine.any():
                 continue
@@ -93,7 +97,8 @@ class Progress:
                    "episode_return/max": np.nan if none else np.nanmax(point_returns),
                    **{f"episode_return/seed_{self.seed + a % self.num_seeds}": float(r)
                       for a, r in zip(agents[mine], point_returns, strict=True)}}
-            self.tracking.log(p, log, env_steps)
+            logs.append((p, log, env_steps))
+        return logs
 
 
 def nanmean(values):

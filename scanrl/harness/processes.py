@@ -1,6 +1,6 @@
 """A run of several processes (--num-processes > 1): joining it, each process's heartbeat, and a watchdog around
 every collective, so that a peer that died or hangs ends the others with one line instead of a C++ stack dump.
-Imported only where more than one process runs (`harness.agents` reaches it through `collective`)."""
+Imported only where more than one process runs (`agents.placement`): such a run lives in `ManyProcesses`."""
 
 import contextlib
 import itertools
@@ -10,6 +10,8 @@ import threading
 import time
 
 import jax
+import numpy as np
+from jax.experimental import multihost_utils
 
 from scanrl.harness.flags import Flags, early_flags
 from scanrl.harness.jax_private import coordination_client
@@ -141,3 +143,22 @@ def exit_for_lost_peers(what, missing=None, cause=""):
     cause = f" ({cause.strip().splitlines()[0][:200]})" if cause.strip() else ""
     _exit_1(f"error: process {me} of {count}: {who} did not reach {what}{cause}: they died or hang; restart every "
             "process with --resume <run dir> to go on from the last checkpoint")
+
+
+class ManyProcesses:
+    """Where a run of several processes lives (`agents.OneProcess` says what each method does): each collective is
+    watched (`peers_within_timeout`), and a lost peer ends this process with one line."""
+
+    guard, lost_peers = staticmethod(peers_within_timeout), staticmethod(exit_on_lost_peers)
+
+    def gather(self, tree, what="the end of a chunk"):
+        with peers_within_timeout(what):
+            return multihost_utils.process_allgather(tree, tiled=True)
+
+    def broadcast(self, value: int) -> int:
+        with peers_within_timeout("the start of the run"):
+            return int(multihost_utils.broadcast_one_to_all(np.int32(value)))
+
+    def any(self, value: int) -> int:
+        with peers_within_timeout("a chunk's checkpoint"):
+            return int(np.max(multihost_utils.process_allgather(np.int32(value))))

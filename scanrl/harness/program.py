@@ -1,8 +1,8 @@
 """One agent's program, made once per run (`plan` -> `Job`): the script's parts (again inside the program for each
-agent's swept values), the swept fields checked, the agents' state as shapes and its memory check, their keys and
-names, a piece of training (a scan of `update`), the evaluation and the initial state; vmapped over a device's agents,
-split over the devices. Agents are point-major: agent p * num_seeds + s trains sweep point p with seed `seed + s`, so
-every point sees the seeds of a run without --sweep."""
+agent's swept values), the swept fields checked, the agents' state and evaluation as shapes and the memory check, their
+keys and names, where the run lives (one process or several), a piece of training (a scan of `update`), the evaluation
+and the initial state; vmapped over a device's agents, split over the devices. Agents are point-major: agent
+p * num_seeds + s trains sweep point p with seed `seed + s`, so every point sees the seeds of a run without --sweep."""
 
 import dataclasses
 import itertools
@@ -15,7 +15,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from scanrl.harness import jax_private
-from scanrl.harness.agents import choose_devices, over_agents, to_agents
+from scanrl.harness.agents import choose_devices, local_agents, over_agents, placement, to_agents
 from scanrl.harness.flags import MAX_COUNT, ConfigError, flag, point_label
 from scanrl.harness.memory import abstract_state, check_memory
 from scanrl.harness.metrics import plural
@@ -183,6 +183,7 @@ class Job:
     names: AgentNames  # agents' names in messages
     mesh: Mesh
     sharding: NamedSharding
+    processes: object  # where the run lives: `agents.OneProcess` or `processes.ManyProcesses`
     parts: Callable  # `agent_parts`
     abstract_runner: object  # every agent's state as shapes, split over the devices
     segment: Callable  # the training program, a piece of the scan, not compiled
@@ -198,6 +199,11 @@ class Job:
     def metric_keys(self) -> tuple:
         """metrics.csv's columns after `seed` and `iteration` (once compiled): env_steps, the script's, nonfinite."""
         return ("env_steps", *self.reported, "nonfinite")
+
+    @property
+    def local_agents(self) -> list[int]:
+        """The agents this process trains."""
+        return local_agents(self.sharding, len(self.keys))
 
     def describe(self) -> str:
         """What trains, how long, its checkpoints and its devices: a run's first line (the run directory follows)."""
@@ -232,7 +238,7 @@ class Job:
 
 def plan(algorithm, config, points, sampled=False) -> Job:
     """The run's `Job`. ConfigError, before anything per agent is made, for a swept field the program cannot take, or
-    agents whose state alone outgrows memory. `sampled`: --eval-sampled."""
+    agents whose state and evaluation outgrow memory. `sampled`: --eval-sampled."""
     num_agents = config.num_seeds * len(points)
     if num_agents > MAX_COUNT:  # the programs hold counts as int32
         raise ConfigError(f"agents (--num-seeds x sweep points): {num_agents:,} is more than the {MAX_COUNT:,} "
@@ -242,9 +248,11 @@ def plan(algorithm, config, points, sampled=False) -> Job:
     abstract = abstract_state(config, jax.vmap(lambda key, values: parts(values)[1](key)),
                               jax.ShapeDtypeStruct((num_agents, 2), jnp.uint32),
                               {k: jax.ShapeDtypeStruct((num_agents,), dtype_of(config, k)) for k in points[0]})
+    evaluation = make_evaluate(algorithm, config, sampled)
+    one = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), abstract)  # one agent's state
+    started = jax.eval_shape(evaluation.start, jax.ShapeDtypeStruct((2,), jnp.uint32), one)
     local = -(-num_agents // jax.process_count())  # this process's agents, at most
-    check_memory(config, local * (sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(abstract)) // num_agents),
-                 agents=local)
+    check_memory(config, local * (nbytes(abstract) // num_agents), local, local * nbytes(started))
     keys, swept, names = agent_layout(config, points)
     devices = choose_devices(config, num_agents)
     # Recorded in config.json and the checkpoints: --resume trains on as many devices (its numbers depend on the split).
@@ -277,12 +285,18 @@ def plan(algorithm, config, points, sampled=False) -> Job:
         runner, rows = jax.lax.scan(iteration, runner, start + jnp.arange(length, dtype=jnp.int32))
         return jax.tree.unflatten(jax.tree.structure(abstract_runner), jax.tree.leaves(runner)), rows
 
-    def evaluation(swept):
-        return make_evaluate(algorithm, parts(swept)[0], sampled)
+    def evaluation_of(swept):
+        return make_evaluate(algorithm, parts(swept)[0], sampled) if swept else evaluation
 
-    evaluate = (over_agents(lambda key, runner, swept: evaluation(swept).start(key, runner), mesh, (0, 0, 0)),
-                over_agents(lambda key, runner, swept, carry, until: evaluation(swept).steps(key, runner, carry, until),
+    evaluate = (over_agents(lambda key, runner, swept: evaluation_of(swept).start(key, runner), mesh, (0, 0, 0)),
+                over_agents(lambda key, runner, swept, carry, until: evaluation_of(swept).steps(key, runner, carry,
+                                                                                               until),
                             mesh, (0, 0, 0, 0, None)))
-    return Job(algorithm, config, points, keys, to_agents(swept, sharding), names, mesh, sharding,
+    return Job(algorithm, config, points, keys, to_agents(swept, sharding), names, mesh, sharding, placement(),
                parts, abstract_runner, over_agents(segment, mesh, (0, None, 0)), evaluate, length, num_iterations, ends,
-               evaluation({}).max_steps, jax.process_index() == 0, reported)
+               evaluation.max_steps, jax.process_index() == 0, reported)
+
+
+def nbytes(tree) -> int:
+    """The bytes of every array of `tree` (shapes will do)."""
+    return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree))

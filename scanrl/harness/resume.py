@@ -1,7 +1,7 @@
 """--resume, before anything compiles: a run's config.json read back as the script's Config fields (--eval reads it so
 too), held to the config its newest checkpoint was trained with (--resume takes the run's own config with this command
 line's logging flags; --eval refuses an edited one), and the checkpoints its metrics.csv rows need; then, once the run
-directory is owned (`rundir.RunDirectory`), training goes on from its newest readable checkpoint (`restored_run`)."""
+directory is owned (`record.RunRecord`), training goes on from its newest readable checkpoint (`restored_run`)."""
 
 import contextlib
 import csv
@@ -12,13 +12,10 @@ import shlex
 import types
 import typing
 
+from scanrl.harness import migrations
 from scanrl.harness.checkpoints import Checkpoints
 from scanrl.harness.files import foreign_folder, open_regular
 from scanrl.harness.flags import LOGGING_FLAGS, ConfigError, escaped, flag
-
-# Fields a script gained after runs had been written, each with the one value it could then have had: a run without
-# it (config.json and checkpoints written before) trained with that value, and --resume and --eval take it.
-ADDED_FIELDS = {"ppo_rnn": {"cell": "gru", "memory_length": 32, "num_heads": 4}, "dqn_tabular_q": {"optimizer": "adam"}}
 
 
 def read_run_config(algorithm, run_dir, which, command_env=None, held=False) -> dict:
@@ -39,24 +36,12 @@ def read_run_config(algorithm, run_dir, which, command_env=None, held=False) -> 
         raise ConfigError(f"{which}: {path} is missing or unreadable; is {run_dir} a run directory of "
                           f"{algorithm.script}?") from None
     if name != algorithm.name:
-        use = f"use {name}.py"
-        if name in ("dqn", "tabular_q"):  # an older scanrl's names for runs of dqn_tabular_q.py
-            use = (f"{name} was dqn_tabular_q.py's name for its runs before PQN moved to pqn.py, and this version "
-                   "cannot read them; train it again")
-        if name == "ppo_trxl":  # a script that became a cell of another
-            use = ("ppo_trxl.py became ppo_rnn.py --cell gtrxl, which cannot read its runs (its parameters are named "
-                   "otherwise): use the last ppo_trxl.py (git show b042acc:ppo_trxl.py > ppo_trxl.py), or train again "
-                   "with ppo_rnn.py --cell gtrxl")
         raise ConfigError(f"{which}: {run_dir} is a run of {name} ({name}.py), not of {algorithm.name} "
-                          f"({algorithm.script}); {use}")
+                          f"({algorithm.script}); {migrations.RETIRED.get(name, f'use {name}.py')}")
+    saved = migrations.config_now(name, saved, lambda line: print(f"{which}: {path} {line}"))
     if unknown := sorted(set(saved) - {f.name for f in dataclasses.fields(algorithm.config)}):
         raise ConfigError(f"{which}: {path} has fields {algorithm.script} does not know ({', '.join(unknown)}): it "
                           f"was written by another version of {algorithm.name}; use that version")
-    for key, value in ADDED_FIELDS.get(algorithm.name, {}).items():
-        if key not in saved:
-            saved[key] = value
-            print(f"{which}: {path} has no {key}: it was written before {algorithm.script} had {flag(key)}, so the "
-                  f"run trained with {flag(key)} {value}, the only value then")
     hints = typing.get_type_hints(algorithm.config)
     for key, value in saved.items():
         if not of_type(value, hints.get(key)):
@@ -126,7 +111,7 @@ def trained_fields(algorithm, which, run_dir, saved, trained, passed=None) -> di
     if trained is None:
         return {}
     where, held = trained
-    saved, held, passed = as_json(saved), as_json(held), passed or {}
+    saved, held, passed = as_json(saved), as_json(migrations.config_now(algorithm.name, held)), passed or {}
     held = {f.name: held[f.name] for f in dataclasses.fields(algorithm.config)
             if f.name not in LOGGING_FLAGS and f.name in held}
     for k, value in held.items():
@@ -223,7 +208,7 @@ def trained_config(run_dir):
     return None
 
 
-def restored_run(job, checkpoints, run_dir) -> tuple | None:
+def restored_run(job, checkpoints, path) -> tuple | None:
     """--resume: (runner, metrics so far, iterations done) from the newest readable checkpoint; (None, None, done) for
     a finished run, which is left alone; None where the run has no checkpoint yet (it starts again)."""
     restored = checkpoints.restore("--resume", job.algorithm.name, job.config, job.abstract_runner, True)
@@ -232,8 +217,8 @@ def restored_run(job, checkpoints, run_dir) -> tuple | None:
             print("no checkpoint yet (the run stopped before its first chunk ended): starting it again")
         return None
     runner, history, done = restored
-    finished = done == job.num_iterations and os.path.exists(os.path.join(run_dir.path, "summary.json"))
+    finished = done == job.num_iterations and os.path.exists(os.path.join(path, "summary.json"))
     if job.lead:
-        print(f"{run_dir.path} is finished ({done} of {done} iterations, summary.json written): nothing to resume"
+        print(f"{path} is finished ({done} of {done} iterations, summary.json written): nothing to resume"
               if finished else f"resuming after iteration {done} of {job.num_iterations}")
     return (None, None, done) if finished else (runner, history, done)

@@ -38,9 +38,9 @@ import tyro
 
 from scanrl.harness.flags import ConfigError
 
-# XLA's lowest backend optimisation and XLA:CPU's older emitter: compiled in a third of the time or less, for the
-# programs whose rounding need not be a run's: the sweep's points, and the trained and re-initialised agents' actions,
-# are compared within one program (ppo_rnn.py's GTrXL contract: 89 -> 79 s on 2 cores, 2026-11-30)
+# XLA's lowest backend optimisation and XLA:CPU's older emitter, for the programs whose rounding need not be a run's
+# (the sweep's points, and the trained and re-initialised agents' actions, are compared within one program): what
+# that saves is in docs/development.md, "The contract check".
 QUICK_COMPILE = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
 
 

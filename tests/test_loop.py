@@ -1,4 +1,4 @@
-"""scanrl/harness/train.py: a new or resumed run, chunk by chunk: uneven chunks, --profile, and
+"""scanrl/harness/loop.py: a new or resumed run, chunk by chunk: uneven chunks, --profile, and
 --resume (of a finished run, of one killed before its first checkpoint or by kill -9 at three moments, of a sweep,
 with metrics.csv damaged) ending with the metrics of the uninterrupted run."""
 
@@ -142,9 +142,10 @@ if moment == "compile":  # as XLA starts compiling the training chunk; the run d
 elif moment == "mid-chunk":  # in the last chunk (iterations 13-16), after iteration 14's progress line
     emit = harness.metrics.Progress._emit
     def _emit(self, iteration, *args):
-        emit(self, iteration, *args)
+        logs = emit(self, iteration, *args)
         if iteration == 13:
             die()
+        return logs
     harness.metrics.Progress._emit = _emit
 else:  # "first-checkpoint-write": as orbax writes the run's first checkpoint in its background thread
     save = harness.checkpoints.Checkpoints.save

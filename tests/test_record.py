@@ -1,5 +1,6 @@
-"""scanrl/harness/rundir.py: the run directory: of the runs that claim one at once exactly one gets it,
-default names of runs started in the same second differ, and its JSON files hold no NaN."""
+"""scanrl/harness/record.py: the run's record and its directory: of the runs that claim one at once exactly one gets
+it, default names of runs started in the same second differ, its JSON files hold no NaN, it writes only in the
+directory it claimed."""
 
 import json
 import os
@@ -13,12 +14,22 @@ from cases import CASES, cli_flags, read_csv
 from conftest import ROOT
 
 
+def record_of(config, name="ppo"):
+    """The record of a run of `config` alone (no compiled job): its directory claimed or taken over, and owned."""
+    from scanrl.harness.agents import OneProcess
+    from scanrl.harness.record import RunRecord
+
+    job = types.SimpleNamespace(config=config, points=[{}], lead=True, algorithm=types.SimpleNamespace(name=name),
+                                processes=OneProcess())
+    return RunRecord(job)
+
+
 def test_of_many_claims_on_one_run_directory_exactly_one_wins(tmp_path):
     """Creating the directory and its config.json is one exclusive step: threads that start together never share a
     run directory (the old check-then-create let two runs write one metrics.csv)."""
     import threading
 
-    from scanrl.harness.rundir import claim_run_directory
+    from scanrl.harness.files import claim_run_directory
 
     start, results = threading.Barrier(16), []
 
@@ -41,7 +52,7 @@ def test_an_empty_folder_another_user_made_or_others_can_write_in_is_not_claimed
     """An empty folder planted at <out-dir>/<run-name> by another user, or one others can write in, is refused: its
     owner could swap checkpoints/ for a link while the run compiles. The run's own folder is made 0o755, whatever
     the umask, and its own empty one (0o700) is taken."""
-    from scanrl.harness.rundir import claim_run_directory
+    from scanrl.harness.files import claim_run_directory
 
     runs = tmp_path / "runs"
     runs.mkdir()
@@ -91,13 +102,13 @@ def test_default_run_names_of_runs_started_in_the_same_second_differ(tmp_path, m
     import ppo
 
     # One second for both runs (the run directory module's clock only): each claims its own directory.
-    from scanrl.harness import rundir
+    from scanrl.harness import record
 
-    monkeypatch.setattr(rundir, "time", types.SimpleNamespace(time=lambda: 1_800_000_000.0,
+    monkeypatch.setattr(record, "time", types.SimpleNamespace(time=lambda: 1_800_000_000.0,
                                                                       perf_counter=time.perf_counter))
     config = ppo.Config(**{**CASES["ppo"][1], "num_seeds": 1, "out_dir": str(tmp_path)})
     for _ in range(2):
-        rundir.RunDirectory(ppo.ALGORITHM.name, config, [{}], lead=True).release()
+        record_of(config).release()
     names = os.listdir(tmp_path)
     assert len(names) == 2 and all(n.startswith("CartPole-v1__ppo__0__1800000000_") for n in names)
     assert all((tmp_path / n / "config.json").exists() for n in names)
@@ -108,7 +119,7 @@ def test_summary_json_is_valid_json_with_nan_as_null(tmp_path):
 
     import numpy as np
 
-    from scanrl.harness.rundir import write_json
+    from scanrl.harness.record import write_json
 
     write_json(str(tmp_path / "summary.json"), {"a": float("nan"), "b": [np.float32("inf"), 1.5], "c": {"d": np.nan}})
     text = (tmp_path / "summary.json").read_text()
@@ -152,7 +163,7 @@ def test_a_run_directory_others_could_move_is_refused_before_anything_is_written
     and by --resume, before anything is written; with the sticky bit (1777, as /tmp) the kernel refuses them the
     rename, and the run is claimed."""
     from scanrl.harness import ConfigError
-    from scanrl.harness.rundir import RunDirectory, claim_run_directory
+    from scanrl.harness.files import claim_run_directory
 
     shared, own = tmp_path / "shared", tmp_path / "own"
     shared.mkdir()
@@ -170,22 +181,21 @@ def test_a_run_directory_others_could_move_is_refused_before_anything_is_written
     os.rename(run_dir, shared / "run")  # a run made elsewhere, moved there: not resumed there either
     config = types.SimpleNamespace(resume=str(shared / "run"))
     with pytest.raises(ConfigError, match=r"^--resume: the run directory .* lies in .*without the sticky bit"):
-        RunDirectory("ppo", config, [{}], lead=True)
+        record_of(config)
     shared.chmod(0o1777)
     assert claim_run_directory(str(shared / "runs" / "b"), {}) == ""
-    RunDirectory("ppo", config, [{}], lead=True).release()
+    record_of(config).release()
 
 
 def test_the_folders_a_run_makes_are_no_one_elses_to_write_whatever_the_umask(tmp_path, monkeypatch):
     """Under umask 000 the folders made on the way to the run directory were 0777 and its files 0666: a run built
     the shared folder others could swap it in. A run makes every folder 0755 and file 0644 at most."""
     import ppo
-    from scanrl.harness.rundir import RunDirectory
 
     config = ppo.Config(**{**CASES["ppo"][1], "num_seeds": 1, "out_dir": str(tmp_path / "a" / "b"), "run_name": "r"})
     old = os.umask(0)
     try:
-        run_dir = RunDirectory(ppo.ALGORITHM.name, config, [{}], lead=True)
+        run_dir = record_of(config)
         with open(os.path.join(run_dir.path, "written"), "w"):  # as orbax and every writer of a run open files
             pass
         run_dir.release()
