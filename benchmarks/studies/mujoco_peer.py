@@ -12,12 +12,14 @@ The recipe (both sides): one env, a gradient step per env step after 10,000 unif
 at 0.5, Gaussian exploration noise 0.1; SAC: the temperature learned from 1 towards an entropy of -|A|. The seeds run
 `--parallel` at a time (two on our 2 cores), each a process of the peer's venv (requirements-peer.txt plus
 mujoco==4.0.0; never the repo's venv), so the record's wall time is sbx's wall-clock to the table on this machine.
+Seeds trained in another sitting go to a record of their own, which `--report` pools with the first.
 `--report` writes benchmarks/results/mujoco_peer.md (ours from benchmarks/results/records/mujoco/, the peer's from
 `--records`, the policies of ours replayed on Gymnasium's env from replay_on_gymnasium.py's records) and
 mujoco_peer_curves.png.
 """
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -170,7 +172,12 @@ def record(args, results, wall_s):
            "run": run, "curve": {"env_steps": steps, "episode_return": rows}}
     os.makedirs(args.records, exist_ok=True)
     width = f"-{args.critic_width}" if args.algo == "crossq" else ""
-    path = os.path.join(args.records, f"sbx-{args.algo}{width}-{args.task}-{args.total_timesteps // 1000}k.json")
+    # A sitting of other seeds of the same algorithm, task and budget is a record of its own (name.2.json, ...): the
+    # report pools their seeds; a rerun of the same seeds replaces its sitting's record.
+    stem = os.path.join(args.records, f"sbx-{args.algo}{width}-{args.task}-{args.total_timesteps // 1000}k")
+    for path in (f"{stem}.json" if n == 1 else f"{stem}.{n}.json" for n in itertools.count(1)):
+        if not os.path.exists(path) or set(json.load(open(path))["summary"]["seeds"]) & set(args.seeds):
+            break
     with open(path, "w") as f:
         json.dump(out, f, separators=(",", ":"))
     iqm = out["summary"]["eval_return_iqm"]

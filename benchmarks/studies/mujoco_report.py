@@ -23,6 +23,25 @@ def load(path):
         return json.load(f)
 
 
+def load_peer(peer_records, name):
+    """sbx's record `name`.json pooled with its other sittings' (`name`.2.json, ...: other seeds, same recipe): their
+    seeds, evaluations and curves together, the IQM over all of them, the wall-clock summed; None where none ran."""
+    sittings = [load(os.path.join(peer_records, f)) for f in sorted(os.listdir(peer_records))
+                if f == f"{name}.json" or f.startswith(f"{name}.") and f.removeprefix(f"{name}.")[:-5].isdigit()]
+    if not sittings:
+        return None
+    pooled, seeds = json.loads(json.dumps(sittings[0])), [s for r in sittings for s in r["summary"]["seeds"]]
+    if len(set(seeds)) < len(seeds) or any(r["config"] != sittings[0]["config"] for r in sittings):
+        raise SystemExit(f"error: the records {name}*.json share seeds or differ in their config; keep one each")
+    summary = pooled["summary"]
+    for key in ("seeds", "eval_return", "final_return", "train_s"):
+        summary[key] = [v for r in sittings for v in r["summary"][key]]
+    summary["eval_return_iqm"] = aggregate.summarize(np.array(summary["eval_return"]))
+    summary["wall_s"], summary["sittings"] = sum(r["summary"]["wall_s"] for r in sittings), len(sittings)
+    pooled["curve"]["episode_return"] = [row for r in sittings for row in r["curve"]["episode_return"]]
+    return pooled
+
+
 def interval(summary) -> str:
     iqm, (low, high) = summary["iqm"], summary["ci"]
     return f"{iqm:,.0f} [{low:,.0f}, {high:,.0f}]"
@@ -38,8 +57,7 @@ def write_report(peer_records):
         task, algo = entry.env.removeprefix("mujoco/"), SCRIPT_ALGO[entry.algo]
         budget = f"{entry.total_timesteps // 1000}k" if entry.total_timesteps < 10**6 else \
             f"{entry.total_timesteps // 10**6}M"
-        peer_path = os.path.join(peer_records, f"sbx-{algo}-{task}-{budget}.json")
-        peer = load(peer_path) if os.path.exists(peer_path) else None
+        peer = load_peer(peer_records, f"sbx-{algo}-{task}-{budget}")
         replay_path = os.path.join(peer_records, f"replay-{entry.name}.json")
         replay = load(replay_path) if os.path.exists(replay_path) else None
         s = ours["summary"]
@@ -47,7 +65,8 @@ def write_report(peer_records):
                      interval(replay["gymnasium_return_iqm"]) if replay else "not replayed",
                      f"{s['train_s'] / 60:.0f} min + {s['compile_s']:.0f} s compile",
                      f"sbx {algo}: {interval(peer['summary']['eval_return_iqm'])} ({len(peer['summary']['seeds'])} "
-                     f"seeds, {peer['summary']['wall_s'] / 60:.0f} min, {peer['config']['parallel']} at a time)"
+                     f"seeds, {peer['summary']['wall_s'] / 60:.0f} min, {peer['config']['parallel']} at a time"
+                     + (f", in {peer['summary']['sittings']} sittings)" if peer['summary']['sittings'] > 1 else ")")
                      if peer else "no peer run", entry.reference.text + (f" ({entry.reference.source})"
                                                                           if entry.reference.value else "")])
         panels.append((f"{task}, {algo}, {budget}", ours, peer, entry))
