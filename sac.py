@@ -73,7 +73,7 @@ class Config(harness.Flags):
     """a LayerNorm after each hidden Dense layer of the critics"""
 
 
-LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # CleanRL's sac_continuous_action: log std squashed into this range by tanh
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # the SAC authors' (softlearning), SB3's and sbx's: the log std clipped to this
 
 
 class Actor(nn.Module):
@@ -87,8 +87,7 @@ class Actor(nn.Module):
         x = nn.relu(nn.Dense(self.hidden_size)(obs))
         x = nn.relu(nn.Dense(self.hidden_size)(x))
         mean = nn.Dense(self.action_dim)(x)
-        log_std = nn.tanh(nn.Dense(self.action_dim)(x))
-        return mean, LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1.0)
+        return mean, jnp.clip(nn.Dense(self.action_dim)(x), LOG_STD_MIN, LOG_STD_MAX)
 
 
 class Critic(nn.Module):
