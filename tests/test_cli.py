@@ -52,6 +52,17 @@ def test_a_bad_flag_is_one_line_exit_2_where_the_output_is_ascii(run_script, tmp
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_flag_renamed_since_says_its_name_now(tmp_path, monkeypatch, capsys):
+    """ppo_rnn.py's --gru-size became --cell-size (issue 89): one line naming the new flag, exit 2."""
+    import ppo_rnn
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["ppo_rnn.py", "--gru-size", "32"])
+    code, lines = exit_code_and_error(capsys, ppo_rnn.main)
+    assert code == 2 and lines == ["error: --gru-size is --cell-size now; use that"], lines
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.parametrize("args, message", [
     (["--env", "CartPol-v1"], "error: --env: unknown env 'CartPol-v1': did you mean CartPole-v1"),
     (["--num-processes", "2"], "error: --num-processes 2: a multi-process run needs --coordinator-address"),

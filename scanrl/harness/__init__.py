@@ -14,6 +14,7 @@ A run is the loop (loop.py) and its record (record.py), which writes every file 
 
 The modules, one concern each, a module importing only those above it:
 
+    migrations.py   what runs of older commits hold, and how this version reads them (no imports)
     flags.py        the command line: the shared `Flags` read by tyro, `ConfigError`, `require`, the flag checks
     algorithm.py    `Algorithm`: what the harness knows of an algorithm
     files.py        the one way a file is written in a run directory (never through a link), and its lock

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import tyro
 
+from scanrl.harness.migrations import RENAMED_FIELDS
+
 
 class ConfigError(ValueError):
     """A config that cannot be run. Its message is one line that names the flag and says what to do; `harness.main`
@@ -116,6 +118,9 @@ def parse_flags(algorithm):
                     break
                 continue
             message.append(text)
+        for old, (new, _) in RENAMED_FIELDS.get(algorithm.name, {}).items():  # a flag renamed since: its name now
+            if f"--{old.replace('_', '-')}" in sys.argv[1:]:
+                raise ConfigError(f"--{old.replace('_', '-')} is --{new.replace('_', '-')} now; use that") from None
         raise ConfigError(f"{' '.join(message) or 'cannot parse the command line'} (see --help)") from None
 
 
