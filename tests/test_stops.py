@@ -145,15 +145,15 @@ def test_a_second_signal_stops_at_once_in_one_line(tmp_path, capsys, monkeypatch
 def test_a_signal_while_the_summaries_are_written_stops_at_once_and_resume_writes_them(tmp_path, capsys, monkeypatch):
     """Ctrl-C or SIGTERM while the summaries are written said "stopping after the iterations under way" and went on:
     it stops at once (nothing is left to wait for), saying what is finished and how to write the summary."""
-    from scanrl.harness import train
+    from scanrl.harness.record import RunRecord
 
-    summarize = train.summarize
+    finish = RunRecord.finish
 
     def signalled(*args):
         os.kill(os.getpid(), signal.SIGTERM)
-        return summarize(*args)
+        return finish(*args)
 
-    monkeypatch.setattr(train, "summarize", signalled)
+    monkeypatch.setattr(RunRecord, "finish", signalled)
     module, config = tiny_config("ppo", tmp_path / "runs", run_name="summary", num_chunks=1)
     code, err = exit_code_and_error(capsys, module.main, config)
     run_dir = tmp_path / "runs" / "summary"
@@ -161,7 +161,7 @@ def test_a_signal_while_the_summaries_are_written_stops_at_once_and_resume_write
         "SIGTERM: stopped while writing the summaries; training and evaluation are finished, the checkpoint and "
         f"metrics.csv written, summary.json perhaps not: write it with: python ppo.py --resume {run_dir}"], err
     assert not (run_dir / "summary.json").exists()
-    monkeypatch.setattr(train, "summarize", summarize)
+    monkeypatch.setattr(RunRecord, "finish", finish)
     module.main(module.Config(resume=str(run_dir)))
     assert (run_dir / "summary.json").exists()
 
