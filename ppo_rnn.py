@@ -1,9 +1,7 @@
 """PPO with memory: ppo.py's clipped objective and GAE (Schulman et al. 2017) with a memory between an MLP encoder
 and the actor and critic heads (PureJaxRL's ppo_rnn), for tasks one observation cannot solve: CartPole without its
 velocities, MemoryChain, partially observable suites. Discrete and continuous actions. The memory (--cell): a GRU
-(the default) or an LSTM, each scanned step by step; a linear recurrent unit (LRU, Orvieto et al. 2023) whose
-recurrence over a whole rollout is one jax.lax.associative_scan, parallel in time, episode starts inside its operator;
-or a one-layer gated transformer-XL (GTrXL, Parisotto et al. 2020) attending over a window of its episode's past steps.
+(the default), an LSTM, a linear recurrent unit (LRU, Orvieto et al. 2023) or a gated transformer-XL (GTrXL).
 
     python ppo_rnn.py --env CartPole-v1-masked --num-seeds 4
     python ppo_rnn.py --env MemoryChain-bsuite --cell lru
@@ -13,8 +11,7 @@ What memory adds to ppo.py, in the order it runs: the runner carries the cell's 
 start an episode; the memory resets to zeros where an episode starts; the rollout keeps the memory it started from and
 the update replays whole env sequences from it (minibatches are envs, not shuffled time steps: truncated backprop
 through the rollout); a truncated episode bootstraps from its final observation seen with its own memory. The
-harness evaluates the policy with its memory (envs.RecurrentPolicy). Writes what ppo.py writes; the run
-directory, checkpoints, --resume, --eval, --gif, sweeps, devices and wandb are the harness's (scanrl.harness).
+harness evaluates the policy with its memory (envs.RecurrentPolicy) and does everything else, as for ppo.py.
 """
 
 from scanrl import harness
@@ -81,15 +78,12 @@ class Config(harness.Flags):
     hidden_size: int = 64
     """width of the encoder layer and of the actor's and critic's hidden layers"""
     cell: Literal["gru", "lstm", "lru", "gtrxl"] = "gru"
-    """the memory: gru, lstm (each a sequential scan over time), lru (a linear recurrent unit on a parallel
-    associative scan, Orvieto et al. 2023) or gtrxl (a gated transformer-XL over a window of past steps, Parisotto
-    et al. 2020); each cell is its own program: compare them as separate runs"""
+    """the memory: gru, lstm, lru (a linear recurrent unit, one parallel scan in time) or gtrxl (a gated transformer-XL
+    over a window of past steps); each cell is its own program: compare them as separate runs"""
     cell_size: int = 64
-    """size of the cell: the GRU's or LSTM's hidden units, the LRU's complex state, the GTrXL's width (its tokens,
-    keys and values; the embedding is projected to it where --hidden-size differs)"""
+    """size of the cell: the GRU's or LSTM's units, the LRU's complex state, the GTrXL's width (projected to)"""
     memory_length: int = 32
-    """gtrxl only: past steps of its episode each step attends to (transformer-XL's memory); MemoryChain needs its
-    memory length + 1"""
+    """gtrxl only: past steps of its episode each step attends to; MemoryChain needs its memory length + 1"""
     num_heads: int = 4
     """gtrxl only: attention heads; must divide --cell-size"""
     activation: str = "tanh"
@@ -100,11 +94,9 @@ ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
 
 
 class Cell(nn.Module):
-    """What every memory (--cell) is to the network and the PPO body, which never ask which one it is:
-    `initial_memory(num_envs)`, its zeros before an episode (one array per env); `sequence(memory, x, start)` over a
-    sequence `x` (time, envs, features), the memory zeroed before each step where `start` is set -> (the memory after
-    it, the output per step). A cell of one step at a time defines `__call__(memory, (x_t, start_t))`, which `sequence`
-    runs alone to act and scans over time (the same parameters each step) to replay."""
+    """Every memory (--cell) as the network and the PPO body see it: `initial_memory(num_envs)` (zeros, one array per
+    env) and `sequence(memory, x, start)` over `x` (time, envs, features), zeroed where `start` is set -> (memory, out
+    per step). A one-step cell's `__call__(memory, (x_t, start_t))` runs alone to act, scanned over time to replay."""
 
     size: int  # --cell-size
     memory_length: int = 32  # gtrxl's window
@@ -136,8 +128,8 @@ class ResetGRU(Cell):
 
 
 class ResetLSTM(Cell):
-    """One step of flax.linen's LSTM cell (Hochreiter & Schmidhuber 1997), reset like ResetGRU. Its memory is the
-    cell state and the hidden state side by side in one array (2 x size), so every memory stays one array."""
+    """One step of flax.linen's LSTM cell (Hochreiter & Schmidhuber 1997), reset like ResetGRU; its memory is the cell
+    and hidden states side by side (2 x size)."""
 
     @nn.compact
     def __call__(self, memory, step):
@@ -149,12 +141,9 @@ class ResetLSTM(Cell):
 
 def reset_linear_recurrence(a, b, start, memory):
     """h_t = a_t * h_{t-1} + b_t along axis 0 (time) from h_{-1} = `memory`, with h_{t-1} taken as zeros where
-    `start[t]` is set, as one `jax.lax.associative_scan`: parallel in time (log-depth), not a loop of num_steps.
-
-    The reset lives in the elements the scan combines, not in how the sequence is split: a start sets that step's
-    multiplier a_t to 0, and the operator (a1, b1) then (a2, b2) = (a1 a2, a2 b1 + b2), composition of the affine maps
-    h -> a h + b, is associative whatever the a's are, so an element with a = 0 forgets everything before it.
-    Returns every h_t (time, ...)."""
+    `start[t]` is set, as one `jax.lax.associative_scan` (log-depth in time). A start sets its a_t to 0; composing
+    affine maps, (a1, b1) then (a2, b2) = (a1 a2, a2 b1 + b2), is associative whatever the a's, so such an element
+    forgets everything before it. Returns every h_t (time, ...)."""
     a = jnp.where(start[..., None], 0.0, a)
     b = b.at[0].add(a[0] * memory)  # h_{-1} folded into the first element
 
@@ -172,9 +161,7 @@ class LRU(Cell):
     D * x_t. Linear in h, so a whole sequence is one associative scan (reset_linear_recurrence); |lambda| < 1 by
     construction (lambda = exp(-exp(nu_log) + i exp(theta_log)), their eq. 6), initialised uniformly on a ring
     r_min <= |lambda| <= r_max (their section 3.3) and each input normalised by gamma = sqrt(1 - |lambda|^2) (their
-    eq. 7). Chosen over S5 (Smith et al. 2023) for the same parallel scan with fewer parts (no continuous-time
-    discretisation, no HiPPO init) and a paper that derives each part by ablation. Its memory is Re(h) and Im(h)
-    side by side (2 x size); it reads `memory` (envs, 2 x size), `x` (time, envs, features), `start` (time, envs)."""
+    eq. 7). Its memory is Re(h) and Im(h) side by side (2 x size); why not S5: docs/scripts/ppo_rnn.md."""
 
     r_min: float = 0.0
     r_max: float = 0.99  # long memories: MemoryChain asks for tens of steps (their long-range tasks use 0.9-0.999)
@@ -209,9 +196,8 @@ class LRU(Cell):
 
 
 class Gate(nn.Module):
-    """GTrXL's GRU-type gate in place of a residual connection (Parisotto et al. 2020, eq. 9-12): r = s(W_r y +
-    U_r x), z = s(W_z y + U_z x - b_g), h = tanh(W_g y + U_g (r * x)), out = (1 - z) * x + z * h. b_g > 0 starts
-    it near the identity x, which is what lets the transformer learn RL from the start (their section 3)."""
+    """GTrXL's GRU-type gate in place of a residual (Parisotto et al. 2020, eq. 9-12); its bias b_g > 0 starts it near
+    the identity, which lets the transformer learn RL from the start (their section 3)."""
 
     bias: float = 2.0
 
@@ -225,16 +211,11 @@ class Gate(nn.Module):
 
 
 class GatedTransformerStep(Cell):
-    """One step of a one-layer gated transformer-XL (GTrXL, Parisotto et al. 2020): the current embedding attends to
-    itself and the last `memory_length` steps of its episode (transformer-XL's memory, Dai et al. 2019), with a learned
-    bias per head and age on the attention logits (a relative position in its simplest form); layer norm before
-    attention and the MLP, a gate after each.
-
-    Its memory holds each past step's key and value, not its embedding: a key is a function of its step alone, so
-    keeping it is exact (gradients still flow to the step that made it) and each step projects one token instead of
-    the whole window. Shape (envs, memory_length, 2 x features + 1), newest last; the last channel is 1 where a slot
-    holds a step of this episode; an episode start empties it. It works at its own width (`size`): an embedding of
-    another width is projected to it."""
+    """One step of a one-layer gated transformer-XL (GTrXL, Parisotto et al. 2020), `size` wide: the embedding attends
+    to itself and its episode's last `memory_length` steps (Dai et al. 2019), a learned bias per head and age on the
+    logits; layer norm before attention and the MLP, a gate after each. Its memory keeps each past step's key and value
+    (exact: a key depends on its step alone), (envs, memory_length, 2 x size + 1), newest last, the last channel 1
+    where a slot holds a step of this episode; an episode start empties it."""
 
     def initial_memory(self, num_envs: int):
         return jnp.zeros((num_envs, self.memory_length, 2 * self.size + 1))
@@ -265,12 +246,10 @@ CELLS = {"gru": ResetGRU, "lstm": ResetLSTM, "lru": LRU, "gtrxl": GatedTransform
 
 
 def make_cell(config: Config, name=None) -> Cell:
-    """The --cell of `config`, --cell-size wide."""
     return CELLS[config.cell](config.cell_size, config.memory_length, config.num_heads, name=name)
 
 
 def initial_memory(config: Config, num_envs: int):
-    """The cell's memory before an episode, zeros."""
     return make_cell(config).initial_memory(num_envs)
 
 
