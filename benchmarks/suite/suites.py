@@ -340,6 +340,15 @@ def simba_sac(value, task):
                      f"SimbaV2, results/baseline/sac.csv): SAC on {task}-v4 at 99,996 env steps")
 
 
+def crossq_published(value, task):
+    return Reference(value, f"{value:,.0f} (IQM)", f"CrossQ with 2,048-wide critics on {task}-v4 at 100k env steps, as "
+                     "issue 88 quotes it from the result files SimbaV2's and MR.Q's repositories publish")
+
+
+# crossq.py (issue 88): the recipe of the SAC rows (TD3_PAPER: one env, an update per env step, batch 256, 10k random
+# steps) with crossq.py's own optimiser (the paper's: Adam 1e-3, beta1 0.5, policy delay 3), critics 256 and 512 wide
+# (the paper's 2,048 is a GPU's width).
+
 # ppo.py: CleanRL's MuJoCo recipe as PPO_MUJOCO, its 2,048-step rollout from 4 envs x 512 steps (CleanRL's: 1 x 2,048):
 # 12 envs a device at 6 seeds on 2 cores. MJX's step on XLA:CPU slows past 16 envs a device (HalfCheetah-v5: 1,927
 # env steps/s at 16, 702 at 24, 688 at 100; docs/speed.md), where PPO_MUJOCO's 32 envs would put 96.
@@ -355,4 +364,7 @@ SUITES["mujoco"] = (
           (*TD3_PAPER, "--learning-rate", "3e-4"), simba_sac(701.0, "Walker2d")),
     entry("ppo-HalfCheetah-v5-1m", "ppo", "ppo.py", "mujoco/HalfCheetah-v5", 1_000_000, 6, PPO_MUJOCO_V5,
           PPO_SPINNINGUP_1M),
+    *(entry(f"crossq{'' if width == 256 else f'-{width}'}-{task}-v5-100k", "crossq", "crossq.py", f"mujoco/{task}-v5",
+            100_000, 6, (*TD3_PAPER, "--critic-width", str(width)), crossq_published(value, task))
+      for task, value in (("HalfCheetah", 8365.0), ("Walker2d", 4435.0)) for width in (256, 512)),
 )
