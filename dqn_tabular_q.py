@@ -41,7 +41,8 @@ class Config(harness.Flags):
     log_every: int = 50
     """print progress (and log to wandb) every this many iterations"""
     agent: Literal["auto", "tabular", "dqn"] = "auto"
-    """auto: a Q-table for finite-state envs (GridWorld-v0, FrozenLake-misc), DQN otherwise"""
+    """auto: a Q-table for the finite-state envs scanrl ships (GridWorld-v0, FrozenLake-misc), DQN otherwise; your own
+    finite-state env: tabular"""
     # shared by the learners; None takes the learner's default, shown in brackets
     num_envs: int | None = None
     """parallel envs per agent [tabular 1: one env per agent, as in the classic setting; dqn 10]"""
@@ -84,24 +85,18 @@ class Config(harness.Flags):
     """double DQN target: the online network picks the next action, the target network values it"""
 
     def __post_init__(self):
-        """Decides --agent auto and gives every field left None its learner's default (`AGENT_DEFAULTS`). A
-        resolved config stays as it is, so `dataclasses.replace` (which runs this again) changes only what it
-        names."""
-        agent = self.agent
-        if agent == "auto":
-            from scanrl import envs  # here: --help builds this class before the script's heavy imports
-
-            try:
-                env, env_params = envs.make(self.env)
-            except ValueError:  # an unknown --env: left unresolved for the harness's check to name
-                return
-            agent = "tabular" if envs.num_states(env, env_params) is not None else "dqn"
+        """Decides --agent auto (from the env's id: no env is made) and gives every field left None its learner's
+        default (`AGENT_DEFAULTS`). A resolved config stays as it is, so `dataclasses.replace` (which runs this again)
+        changes only what it names."""
+        agent = self.agent if self.agent != "auto" else "tabular" if self.env in TABULAR_ENVS else "dqn"
         object.__setattr__(self, "agent", agent)  # frozen
         for name, value in AGENT_DEFAULTS[agent].items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
 
 
+# The finite-state envs scanrl ships (`envs.num_states` is not None): --agent auto gives them a Q-table.
+TABULAR_ENVS = ("GridWorld-v0", "FrozenLake-misc")
 AGENT_DEFAULTS = {
     "tabular": dict(num_envs=1, num_steps=1000, learning_rate=0.1, gamma=0.9, start_e=0.1, end_e=0.1),
     "dqn": dict(num_envs=10, num_steps=100, learning_rate=2.5e-4, gamma=0.99, start_e=1.0, end_e=0.05),

@@ -72,9 +72,18 @@ def test_rmsprop_is_the_papers_centered_rmsprop():
         np.testing.assert_allclose(updates["w"], expected, rtol=1e-5)
 
 
-def test_config_is_resolved_as_it_is_made():
+def test_config_is_resolved_as_it_is_made_without_making_an_env(monkeypatch):
+    from scanrl import envs
+
+    def no_env(*args, **kwargs):
+        raise AssertionError("a Config made an env")
+
+    monkeypatch.setattr(envs, "make", no_env)
+    monkeypatch.setattr(envs, "make_vec", no_env)
     assert dq.Config(env="GridWorld-v0").agent == "tabular"
     assert dq.Config(env="FrozenLake-misc").agent == "tabular"
+    assert dq.Config(env="my_envs:Chain").agent == "dqn"  # your own finite-state env: --agent tabular
+    assert dq.Config(env="my_envs:Chain", agent="tabular").agent == "tabular"
     config = dq.Config(env="CartPole-v1")
     assert (config.agent, config.learning_rate, config.gamma, config.num_envs) == ("dqn", 2.5e-4, 0.99, 10)
     config = dq.Config(env="GridWorld-v0", learning_rate=0.5)

@@ -57,11 +57,14 @@ def write_report(peer_records):
         task, algo = entry.env.removeprefix("mujoco/"), SCRIPT_ALGO[entry.algo]
         budget = f"{entry.total_timesteps // 1000}k" if entry.total_timesteps < 10**6 else \
             f"{entry.total_timesteps // 10**6}M"
-        peer = load_peer(peer_records, f"sbx-{algo}-{task}-{budget}")
+        # crossq's rows at each critic width, against sbx's CrossQ at that width
+        width = entry.flags[entry.flags.index("--critic-width") + 1] if "--critic-width" in entry.flags else None
+        peer = load_peer(peer_records, f"sbx-{algo}{f'-{width}' if width else ''}-{task}-{budget}")
         replay_path = os.path.join(peer_records, f"replay-{entry.name}.json")
         replay = load(replay_path) if os.path.exists(replay_path) else None
         s = ours["summary"]
-        rows.append([f"{task}, {budget}", f"{entry.script}", f"{s['num_seeds']}", interval(s["eval_return_iqm"]),
+        ours_name = entry.script + (f", critics {width} wide" if width else "")
+        rows.append([f"{task}, {budget}", ours_name, f"{s['num_seeds']}", interval(s["eval_return_iqm"]),
                      interval(replay["gymnasium_return_iqm"]) if replay else "not replayed",
                      f"{s['train_s'] / 60:.0f} min + {s['compile_s']:.0f} s compile",
                      f"sbx {algo}: {interval(peer['summary']['eval_return_iqm'])} ({len(peer['summary']['seeds'])} "
@@ -69,7 +72,7 @@ def write_report(peer_records):
                      + (f", in {peer['summary']['sittings']} sittings)" if peer['summary']['sittings'] > 1 else ")")
                      if peer else "no peer run", entry.reference.text + (f" ({entry.reference.source})"
                                                                           if entry.reference.value else "")])
-        panels.append((f"{task}, {algo}, {budget}", ours, peer, entry))
+        panels.append((f"{task}, {algo}{f' {width}' if width else ''}, {budget}", ours, peer, entry))
     lines = ["# Gymnasium's MuJoCo tasks: ours on MJX beside sbx on C MuJoCo", "",
              "Built by `python benchmarks/studies/mujoco_peer.py --report` from the committed records: ours in "
              "`benchmarks/results/records/mujoco/` (`python benchmarks/learning.py --suite mujoco --record`), sbx's "
