@@ -8,6 +8,7 @@ import os
 import re
 
 import jax
+import jax.numpy as jnp
 
 from scanrl.harness.flags import ConfigError, Flags, flag
 
@@ -36,6 +37,33 @@ def cgroup_memory_left(root="/sys/fs/cgroup") -> int | None:
     return None
 
 
+def checked_state(config, init, evaluation_start, keys, swept):
+    """The agents' state as shapes (`init(keys, swept)`, vmapped over the agents), nothing allocated. ConfigError when
+    the run cannot fit in what this process's first device (or the host) has available: the state of this process's
+    agents twice (training, and a checkpoint's host copy), their keys, and their final evaluation's envs and returns
+    (`evaluation_start(key, one agent's state)`)."""
+    abstract = abstract_state(config, init, keys, swept)
+    one = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), abstract)  # one agent's state
+    started = jax.eval_shape(evaluation_start, jax.ShapeDtypeStruct((2,), jnp.uint32), one)
+    agents = -(-keys.shape[0] // jax.process_count())  # this process's agents, at most
+    state_bytes, evaluation_bytes = agents * (nbytes(abstract) // keys.shape[0]), agents * nbytes(started)
+    need, lower = 2 * state_bytes + 8 * agents + evaluation_bytes, size_flags(config)
+    if evaluation_bytes > state_bytes:
+        lower = (f"{flag('eval_episodes')} (the final evaluation plays {config.eval_episodes:,} episodes per agent "
+                 f"at once), or {lower}")
+    free, where = available_memory(jax.local_devices()[0])
+    if free is not None and need > free:
+        raise ConfigError(f"the run needs about {need / 1e9:.1f} GB of memory ({state_bytes / 1e9:.1f} GB of it the "
+                          f"state of its {agents:,} agents) and {where} has {free / 1e9:.1f} GB available: lower "
+                          f"{lower}")
+    return abstract
+
+
+def nbytes(tree) -> int:
+    """The bytes of every array of `tree` (shapes will do)."""
+    return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree))
+
+
 def abstract_state(config, init, *args):
     """`jax.eval_shape(init, *args)`: the agents' state as shapes, nothing allocated. ConfigError naming the flags to
     lower where an array has 2**63 elements or more, past XLA's int64 shapes (--hidden-size 2147483647 squared: PPO's
@@ -59,22 +87,6 @@ def beyond_int64(error) -> bool:
             return True
         error = error.__cause__ or error.__context__
     return False
-
-
-def check_memory(config, state_bytes, agents, evaluation_bytes=0):
-    """ConfigError when the run cannot fit in what this process's first device (or the host) has available, checked
-    once, from shapes, before anything is made per agent: the state of this process's `agents` (`state_bytes`, all of
-    them) twice (training, and a checkpoint's host copy), their keys, and the final evaluation's envs and returns
-    (`evaluation_bytes`, all of them)."""
-    need, lower = 2 * state_bytes + 8 * agents + evaluation_bytes, size_flags(config)
-    if evaluation_bytes > state_bytes:
-        lower = (f"{flag('eval_episodes')} (the final evaluation plays {config.eval_episodes:,} episodes per agent "
-                 f"at once), or {lower}")
-    free, where = available_memory(jax.local_devices()[0])
-    if free is not None and need > free:
-        raise ConfigError(f"the run needs about {need / 1e9:.1f} GB of memory ({state_bytes / 1e9:.1f} GB of it the "
-                          f"state of its {agents:,} agents) and {where} has {free / 1e9:.1f} GB available: lower "
-                          f"{lower}")
 
 
 def compiled_bytes(programs) -> int:

@@ -17,7 +17,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from scanrl.harness import jax_private
 from scanrl.harness.agents import choose_devices, local_agents, over_agents, placement, to_agents
 from scanrl.harness.flags import MAX_COUNT, ConfigError, flag, point_label
-from scanrl.harness.memory import abstract_state, check_memory
+from scanrl.harness.memory import checked_state
 from scanrl.harness.metrics import plural
 
 # With threefry, fold_in(key, i) equals split(key, n)[i] for every i < n: folding a small number into an agent's
@@ -245,14 +245,10 @@ def plan(algorithm, config, points, sampled=False) -> Job:
                           "(2**31 - 1) the compiled program can count; lower --num-seeds")
     parts = agent_parts(algorithm, config)
     check_swept(algorithm, config, points[0], parts)
-    abstract = abstract_state(config, jax.vmap(lambda key, values: parts(values)[1](key)),
-                              jax.ShapeDtypeStruct((num_agents, 2), jnp.uint32),
-                              {k: jax.ShapeDtypeStruct((num_agents,), dtype_of(config, k)) for k in points[0]})
     evaluation = make_evaluate(algorithm, config, sampled)
-    one = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), abstract)  # one agent's state
-    started = jax.eval_shape(evaluation.start, jax.ShapeDtypeStruct((2,), jnp.uint32), one)
-    local = -(-num_agents // jax.process_count())  # this process's agents, at most
-    check_memory(config, local * (nbytes(abstract) // num_agents), local, local * nbytes(started))
+    abstract = checked_state(config, jax.vmap(lambda key, values: parts(values)[1](key)), evaluation.start,
+                             jax.ShapeDtypeStruct((num_agents, 2), jnp.uint32),
+                             {k: jax.ShapeDtypeStruct((num_agents,), dtype_of(config, k)) for k in points[0]})
     keys, swept, names = agent_layout(config, points)
     devices = choose_devices(config, num_agents)
     # Recorded in config.json and the checkpoints: --resume trains on as many devices (its numbers depend on the split).
@@ -296,7 +292,3 @@ def plan(algorithm, config, points, sampled=False) -> Job:
                parts, abstract_runner, over_agents(segment, mesh, (0, None, 0)), evaluate, length, num_iterations, ends,
                evaluation.max_steps, jax.process_index() == 0, reported)
 
-
-def nbytes(tree) -> int:
-    """The bytes of every array of `tree` (shapes will do)."""
-    return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree))
