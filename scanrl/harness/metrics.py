@@ -42,12 +42,14 @@ class MetricsCsv:
 
 class Progress:
     """The progress lines of a run (process 0): after each piece of a chunk, a line for each iteration due (every
-    --log-every, and the last) over this process's agents, with each sweep point's metrics for its wandb run."""
+    --log-every, and the last) over this process's agents, with the metrics of each `tracked` sweep point (a wandb
+    run's)."""
 
-    def __init__(self, config, points, agents, keys, last, start_steps=0):
+    def __init__(self, config, points, agents, keys, last, start_steps=0, tracked=()):
         """`last`: the run's last iteration (its line is always shown); `start_steps`: env steps per agent already done
         (a resumed run). A line every --log-every iterations."""
         self.seed, self.num_seeds, self.points, self.keys = config.seed, config.num_seeds, points, keys
+        self.tracked = tracked
         self.agents, self.period, self.last, self.start_steps = np.sort(agents), config.log_every, last, start_steps
         self.start = time.perf_counter()
         # Per agent, the return of its latest finished episodes: a line where none ended still shows where it is.
@@ -86,7 +88,7 @@ class Progress:
             line += f"  ({plural(len(agents), 'agent')} of process 0)"
         print(line, flush=True)
         logs = []
-        for p in range(len(self.points)):
+        for p in self.tracked:
             mine = point == p
             if not mine.any():
                 continue

@@ -78,13 +78,12 @@ class RunRecord:
                                             None if history is None else point_rows(history, p, config.num_seeds),
                                             make_dir=self.sweep) for p, path in enumerate(paths)]
             self.progress = Progress(config, self.points, job.local_agents, job.metric_keys, job.num_iterations - 1,
-                                     int(history["env_steps"][0, done - 1]) if done else 0)
+                                     int(history["env_steps"][0, done - 1]) if done else 0, self.tracking.tracked())
 
     def piece(self, start, count, rows):
         """After a piece of iterations `start` .. `start + count - 1` ran: its progress lines, its metrics to wandb."""
         for p, log, env_steps in self.progress.show(start, count, rows):
-            if p in self.tracking.tracked():
-                self.tracking.log(p, log, env_steps)
+            self.tracking.log(p, log, env_steps)
 
     def chunk(self, done, reached, runner, history, metrics, save=True):
         """After a chunk (iterations `done` .. `reached`, `metrics` its rows, `history` all so far): the rows of the
