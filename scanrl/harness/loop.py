@@ -44,12 +44,12 @@ def train(algorithm, config, points, exit_process=False):
             if trained is None:  # a finished run, left alone
                 return
             runner, history, extra = trained
-            resume = stops.resume_command(algorithm.script, record.path, job.config.env)
             eval_returns = run_evaluation(evaluation, job, runner, stop, "stopped during the final evaluation; "
                                           "training is finished, its checkpoint and metrics.csv written, summary.json "
-                                          f"not: evaluate and summarise it with: {resume}")
+                                          f"not: evaluate and summarise it with: {record.resume}")
             stop.stop_at_once("stopped while writing the summaries; training and evaluation are finished, the "
-                              f"checkpoint and metrics.csv written, summary.json perhaps not: write it with: {resume}")
+                              f"checkpoint and metrics.csv written, summary.json perhaps not: write it with: "
+                              f"{record.resume}")
             record.finish(eval_returns, runner, history, {**extra, "compile_s": compile_s})
     finally:  # the run directory is owned until the end
         if record is not None:
@@ -92,8 +92,7 @@ def compile_run(job, record, stop):
         resume = job.config.resume is not None
         raise stops.RunStopped(f"{signal.Signals(signum).name}: stopped while compiling, before any training: nothing "
                                f"was trained{' further' if resume else ''}; {'continue' if resume else 'start it'} "
-                               f"with: {stops.resume_command(job.algorithm.script, record.path, job.config.env)}",
-                               128 + signum)
+                               f"with: {record.resume}", 128 + signum)
     if job.lead:
         need = compiled_bytes([compiled[0], compiled[1][1]])
         size = f"{need / 1e9:.1f} GB" if need >= 1e9 else f"{max(1, round(need / 1e6))} MB"
@@ -241,8 +240,8 @@ def train_chunks(job, compiled, runner, history, done, record, stop):
     record.trained()
     if done < job.num_iterations:
         raise stops.RunStopped(f"{signal.Signals(signum).name}: stopped after iteration {done} of "
-                               f"{job.num_iterations}, metrics and checkpoint written; continue with: "
-                               f"{stops.resume_command(job.algorithm.script, record.path, config.env)}", 128 + signum)
+                               f"{job.num_iterations}, metrics and checkpoint written; continue with: {record.resume}",
+                               128 + signum)
     if config.profile and job.lead:
         print(f"profiler trace of iterations {first + 1} to {first + job.length} in {profile_dir}: open its "
               "*.trace.json.gz at https://ui.perfetto.dev")

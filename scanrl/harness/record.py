@@ -51,6 +51,7 @@ class RunRecord:
                                                       "resume": None}) if self.lead else ""
             if processes.broadcast(len(claimed)):  # process 0 could not claim it: every process stops
                 raise ConfigError(claimed or f"run directory {self.path} could not be claimed by process 0")
+        self.resume = stops.resume_command(job.algorithm.script, self.path, config.env)  # the command that goes on
         which = "--resume" if config.resume is not None else "the new run"
         self.lock = RunLock(self.path, which) if self.lead else None
         self.sweep = len(self.points) > 1
