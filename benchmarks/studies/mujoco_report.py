@@ -31,8 +31,10 @@ def load_peer(peer_records, name):
     if not sittings:
         return None
     pooled, seeds = json.loads(json.dumps(sittings[0])), [s for r in sittings for s in r["summary"]["seeds"]]
-    if len(set(seeds)) < len(seeds) or any(r["config"] != sittings[0]["config"] for r in sittings):
+    recipe = [{k: v for k, v in r["config"].items() if k != "parallel"} for r in sittings]  # seeds at a time may differ
+    if len(set(seeds)) < len(seeds) or any(r != recipe[0] for r in recipe):
         raise SystemExit(f"error: the records {name}*.json share seeds or differ in their config; keep one each")
+    pooled["config"]["parallel"] = "/".join(sorted({str(r["config"]["parallel"]) for r in sittings}, reverse=True))
     summary = pooled["summary"]
     for key in ("seeds", "eval_return", "final_return", "train_s"):
         summary[key] = [v for r in sittings for v in r["summary"][key]]
