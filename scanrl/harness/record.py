@@ -51,7 +51,6 @@ class RunRecord:
                                                       "resume": None}) if self.lead else ""
             if processes.broadcast(len(claimed)):  # process 0 could not claim it: every process stops
                 raise ConfigError(claimed or f"run directory {self.path} could not be claimed by process 0")
-        self.resume = stops.resume_command(job.algorithm.script, self.path, config.env)  # the command that goes on
         which = "--resume" if config.resume is not None else "the new run"
         self.lock = RunLock(self.path, which) if self.lead else None
         self.sweep = len(self.points) > 1
@@ -59,6 +58,11 @@ class RunRecord:
         self.point_dirs = [os.path.join(self.path, label) if self.sweep else self.path for label in self.labels]
         self.checkpoints = self.tracking = self.progress = None
         self.metrics_csvs, self.pending = [], None  # pending: (first iteration, rows) of the chunk being checkpointed
+
+    @property
+    def resume(self) -> str:
+        """The command that goes on with the run (its stop lines say it)."""
+        return stops.resume_command(self.job.algorithm.script, self.path, self.config.env)
 
     @contextlib.contextmanager
     def saving(self):
