@@ -1,7 +1,7 @@
 """`python benchmarks/studies/mujoco_peer.py --report`: per task and algorithm, our `--suite mujoco` record beside
 sbx's (benchmarks/studies/mujoco_peer.py's records) and the published figure, our policies' returns replayed on
-Gymnasium's env (replay_on_gymnasium.py's records), and both learning curves on one plot; every row read from a
-committed record that names its commit, command and machine."""
+Gymnasium's env (replay_on_gymnasium.py's records), and the learning curves, a panel per task with every algorithm
+on it; every row read from a committed record that names its commit, command and machine."""
 
 import json
 import os
@@ -98,34 +98,39 @@ def iqm_band(curve):
 
 
 def plot(panels, path):
+    """One panel per task: each algorithm in a colour of its own, ours solid, sbx's dashed, each an IQM over seeds with
+    its 95% band, and the published figure a dotted line in the algorithm's colour."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import EngFormatter, MaxNLocator
 
-    cols = min(3, len(panels))
-    rows = -(-len(panels) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(max(4.6 * cols, 6.0), 3.4 * rows), squeeze=False)
-    for ax, (title, ours, peer, entry) in zip(axes.flat, panels, strict=False):
-        for record, label, color in ((ours, "ours (MJX)", "tab:blue"), (peer, "sbx (C MuJoCo)", "tab:orange")):
+    tasks = list(dict.fromkeys(tuple(title.split(", ")[0::2]) for title, *_ in panels))  # (task, budget)
+    algos = list(dict.fromkeys(title.split(", ")[1] for title, *_ in panels))  # one colour each, on every panel
+    colors = dict(zip(algos, plt.rcParams["axes.prop_cycle"].by_key()["color"], strict=False))
+    fig, axes = plt.subplots(1, len(tasks), figsize=(6.4 * len(tasks), 5.6), squeeze=False)
+    for title, ours, peer, entry in panels:
+        task, algo, budget = title.split(", ")
+        ax, color = axes.flat[tasks.index((task, budget))], colors[algo]
+        for record, label, style in ((ours, f"{algo} (ours, MJX)", "-"),
+                                     (peer, f"sbx {algo} (C MuJoCo)", "--")):
             if record is None:
                 continue
             steps, band = iqm_band(record["curve"])
             seeds = len(record["curve"]["episode_return"])
-            ax.plot(steps, band.point, color=color, label=f"{label}, IQM of {seeds} seeds")
-            ax.fill_between(steps, band.low, band.high, color=color, alpha=0.2)
+            ax.plot(steps, band.point, color=color, ls=style, lw=1.4, label=f"{label}, {seeds} seeds")
+            ax.fill_between(steps, band.low, band.high, color=color, alpha=0.12)
         if entry.reference.value is not None:
-            ax.axhline(entry.reference.value, color="tab:green", ls="--", lw=1,
-                       label=f"published {entry.reference.text}")
-        ax.set_title(title, fontsize=10)
+            ax.axhline(entry.reference.value, color=color, ls=":", lw=1,
+                       label=f"{algo.split()[0]} published: {entry.reference.text}")
+    for ax, (task, budget) in zip(axes.flat, tasks, strict=True):
+        ax.set_title(f"{task}, {budget}", fontsize=10)
         ax.set_xlabel("env steps per seed")
         ax.xaxis.set_major_locator(MaxNLocator(5))
         ax.xaxis.set_major_formatter(EngFormatter(sep=""))
         ax.set_ylabel("training episode return")
-        ax.legend(fontsize=7, loc="best")
-    for ax in list(axes.flat)[len(panels):]:
-        ax.axis("off")
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)  # below: clear of the curves
     fig.suptitle("Gymnasium's MuJoCo v5 tasks: IQM over seeds, 95% CI", fontsize=11)
     fig.tight_layout()
     with replaced(path, "wb") as f:
