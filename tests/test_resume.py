@@ -230,7 +230,7 @@ def test_a_fifo_or_link_where_a_run_reads_back_is_one_line_never_waited_on(tmp_p
     """A FIFO at metrics.csv hung --resume (the check that no recorded progress is lost read it, and the rebuilt
     file's column order too); a link at checkpoints/ was followed by --resume, and a FIFO there told --eval to
     --resume."""
-    from scanrl.harness.record import columns_kept
+    from scanrl.harness.metrics import columns_kept
     from scanrl.harness.resume import require_checkpoint_folder, require_checkpoints_for_progress
 
     run_dir = tmp_path / "run"

@@ -28,7 +28,7 @@ The modules, one concern each, a module importing only those above it:
     memory.py       the memory check, once, from shapes, before anything is allocated
     checkpoints.py  orbax checkpoints of every agent's whole state, checked before and on restore
     resume.py       --resume, all of it: config.json read back, held to its checkpoint's, then the run restored from it
-    sweeps.py       --sweep: its points and the checks of each point's values
+    sweeps.py       --sweep: its points, their names and the checks of each point's values
     metrics.py      metrics.csv's rows and the progress lines
     program.py      one agent's programs, made once per run (`plan` -> `Job`): training, evaluation, swept fields traced
     plots.py        learning_curve.png and a sweep's learning_curves.png

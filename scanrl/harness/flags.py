@@ -178,11 +178,6 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def point_label(point: dict) -> str:
-    """`learning_rate=0.001,ent_coef=0`: a sweep point's name, also its directory in the run directory."""
-    return ",".join(f"{k}={v:g}" for k, v in point.items())
-
-
 def require(config, positive=(), unit=(), nonnegative=()):
     """ConfigError naming the flag unless every field named in `positive` is > 0, in `unit` lies in [0, 1] and in
     `nonnegative` is >= 0 (NaN is none of these): the range checks of a script's `validate`."""

@@ -20,12 +20,13 @@ from scanrl.envs.custom import import_reference
 from scanrl.harness import stops
 from scanrl.harness.agents import to_agents
 from scanrl.harness.files import folder
-from scanrl.harness.flags import ConfigError, flag, point_label
+from scanrl.harness.flags import ConfigError, flag
 from scanrl.harness.memory import compiled_bytes
 from scanrl.harness.metrics import plural
 from scanrl.harness.program import CHECKPOINT_S, evaluation_keys, plan
 from scanrl.harness.record import RunRecord
 from scanrl.harness.resume import restored_run
+from scanrl.harness.sweeps import point_label
 
 
 def train(algorithm, config, points, exit_process=False):

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from scanrl.harness.files import folder, open_append, replaced
+from scanrl.harness.files import folder, open_append, open_regular, replaced
 
 COUNTS = ("env_steps", "episodes", "updates")  # metrics that count something, written as integers
 
@@ -38,6 +38,22 @@ class MetricsCsv:
         for u in range(metrics["env_steps"].shape[1]):
             for i, seed in enumerate(self.seeds):
                 writer.writerow([seed, first + u + 1, *(c[i, u] for c in columns)])
+
+
+def columns_kept(path, keys) -> tuple:
+    """`keys` in the order of metrics.csv's header at `path` where it has these columns (a run an earlier version
+    wrote keeps its order when resumed), else `keys`, saying which columns change."""
+    try:
+        with open_regular(path, newline="") as f:  # a FIFO planted there is not waited on
+            header = next(csv.reader(f), [])[2:]  # after seed, iteration
+    except (OSError, csv.Error, UnicodeDecodeError):
+        return tuple(keys)
+    if sorted(header) == sorted(keys):
+        return tuple(header)
+    if header:
+        print(f"note: {path} is written again with this version's columns ({', '.join(keys)}); it had "
+              f"{', '.join(header)}")
+    return tuple(keys)
 
 
 class Progress:

@@ -16,9 +16,10 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from scanrl.harness import jax_private
 from scanrl.harness.agents import choose_devices, local_agents, over_agents, placement, to_agents
-from scanrl.harness.flags import MAX_COUNT, ConfigError, flag, point_label
+from scanrl.harness.flags import MAX_COUNT, ConfigError, flag
 from scanrl.harness.memory import checked_state
 from scanrl.harness.metrics import plural
+from scanrl.harness.sweeps import point_label
 
 # With threefry, fold_in(key, i) equals split(key, n)[i] for every i < n: folding a small number into an agent's
 # root key gives a key its init split off. No split of the root into fewer than 2**32 keys reaches this one.

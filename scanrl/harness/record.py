@@ -5,7 +5,6 @@ lines and wandb (process 0); at the end summary.json, the plots and the algorith
 but the directory the run claimed (`RunLock.check` before each chunk's writes), never through a link (`files`)."""
 
 import contextlib
-import csv
 import dataclasses
 import json
 import os
@@ -17,10 +16,11 @@ import numpy as np
 
 from scanrl.harness import aggregate, stops
 from scanrl.harness.checkpoints import Checkpoints
-from scanrl.harness.files import RunLock, claim_run_directory, foreign_folder, open_regular, replaced, save_figure
-from scanrl.harness.flags import ConfigError, point_label
-from scanrl.harness.metrics import MetricsCsv, Progress, nanmean, plural
+from scanrl.harness.files import RunLock, claim_run_directory, foreign_folder, replaced, save_figure
+from scanrl.harness.flags import ConfigError
+from scanrl.harness.metrics import MetricsCsv, Progress, columns_kept, nanmean, plural
 from scanrl.harness.plots import carried_returns, carry_forward, plot_learning_curve, plot_sweep, shared_ylim
+from scanrl.harness.sweeps import point_label
 from scanrl.harness.tracking import Tracking
 
 
@@ -264,22 +264,6 @@ class RunRecord:
 def point_rows(tree, p, num_seeds):
     """Sweep point p's rows (its agents) of every array."""
     return jax.tree.map(lambda x: x[p * num_seeds:(p + 1) * num_seeds], tree)
-
-
-def columns_kept(path, keys) -> tuple:
-    """`keys` in the order of metrics.csv's header at `path` where it has these columns (a run an earlier version
-    wrote keeps its order when resumed), else `keys`, saying which columns change."""
-    try:
-        with open_regular(path, newline="") as f:  # a FIFO planted there is not waited on
-            header = next(csv.reader(f), [])[2:]  # after seed, iteration
-    except (OSError, csv.Error, UnicodeDecodeError):
-        return tuple(keys)
-    if sorted(header) == sorted(keys):
-        return tuple(header)
-    if header:
-        print(f"note: {path} is written again with this version's columns ({', '.join(keys)}); it had "
-              f"{', '.join(header)}")
-    return tuple(keys)
 
 
 def final_returns(metrics, with_fallback=False):

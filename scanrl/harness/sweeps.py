@@ -1,10 +1,15 @@
-"""--sweep: its grid of points and the checks of each point's values (agents are point-major: `program.plan`). That a
-swept field can take one value per agent is checked on the program (`program.check_swept`)."""
+"""--sweep: its grid of points, their names and the checks of each point's values (agents are point-major:
+`program.plan`). That a swept field can take one value per agent is checked on the program (`program.check_swept`)."""
 
 import dataclasses
 import itertools
 
-from scanrl.harness.flags import MAX_COUNT, ConfigError, Flags, flag, point_label, require_finite
+from scanrl.harness.flags import MAX_COUNT, ConfigError, Flags, flag, require_finite
+
+
+def point_label(point: dict) -> str:
+    """`learning_rate=0.001,ent_coef=0`: a sweep point's name, also its directory in the run directory."""
+    return ",".join(f"{k}={v:g}" for k, v in point.items())
 
 
 def sweepable_fields(config) -> tuple[str, ...]:
