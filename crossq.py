@@ -76,8 +76,8 @@ class Config(harness.Flags):
     hidden_size: int = 256
     """width of the actor's two ReLU hidden layers"""
     critic_width: int = 256
-    """width of each critic's two ReLU hidden layers (the paper's 2,048; docs/learning.md for the widths measured
-    here)"""
+    """width of each critic's two ReLU hidden layers (the paper's 2,048; 256: the width whose 6 x 100k MuJoCo
+    records fit a sitting of a 2-core CPU, docs/learning.md)"""
     renorm_momentum: float = 0.99
     """batch renormalisation: the running statistics keep this fraction of their value at each training pass and
     take the rest from the batch's (the paper's 0.99)"""
