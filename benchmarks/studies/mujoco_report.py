@@ -74,7 +74,7 @@ def write_report(peer_records):
                      + (f", in {peer['summary']['sittings']} sittings)" if peer['summary']['sittings'] > 1 else ")")
                      if peer else "no peer run", entry.reference.text + (f" ({entry.reference.source})"
                                                                           if entry.reference.value else "")])
-        panels.append((f"{task}, {algo}{f' {width}' if width else ''}, {budget}", ours, peer, entry))
+        panels.append((task, budget, f"{algo}{f' {width}' if width else ''}", ours, peer, entry))
     lines = ["# Gymnasium's MuJoCo tasks: ours on MJX beside sbx on C MuJoCo", "",
              "Built by `python benchmarks/studies/mujoco_peer.py --report` from the committed records: ours in "
              "`benchmarks/results/records/mujoco/` (`python benchmarks/learning.py --suite mujoco --record`), sbx's "
@@ -106,12 +106,11 @@ def plot(panels, path):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import EngFormatter, MaxNLocator
 
-    tasks = list(dict.fromkeys(tuple(title.split(", ")[0::2]) for title, *_ in panels))  # (task, budget)
-    algos = list(dict.fromkeys(title.split(", ")[1] for title, *_ in panels))  # one colour each, on every panel
+    tasks = list(dict.fromkeys((task, budget) for task, budget, *_ in panels))
+    algos = list(dict.fromkeys(algo for _, _, algo, *_ in panels))  # one colour each, on every panel
     colors = dict(zip(algos, plt.rcParams["axes.prop_cycle"].by_key()["color"], strict=False))
     fig, axes = plt.subplots(1, len(tasks), figsize=(6.4 * len(tasks), 5.6), squeeze=False)
-    for title, ours, peer, entry in panels:
-        task, algo, budget = title.split(", ")
+    for task, budget, algo, ours, peer, entry in panels:
         ax, color = axes.flat[tasks.index((task, budget))], colors[algo]
         for record, label, style in ((ours, f"{algo} (ours, MJX)", "-"),
                                      (peer, f"sbx {algo} (C MuJoCo)", "--")):
