@@ -5,7 +5,9 @@ replay buffer inside the train state.
 What changes from SAC (sac.py): the critics and the actor normalise their inputs and hidden layers with batch
 renormalisation (Ioffe 2017); the critics have no target copies: (s, a) and (s', a') go through the critics in one
 forward pass, so one set of batch statistics covers both, and the target is the next half of that pass, its
-gradient stopped; the actor updates once every `policy_delay` critic updates; Adam with beta1 0.5. Acting,
+gradient stopped; the actor updates once every `policy_delay` critic updates; Adam with beta1 0.5 for the actor
+and critics. The temperature is learned as in the authors' code (sbx): its loss is linear in log alpha, with
+Adam's defaults; the actor's log std is clipped to [-20, 2]. Acting,
 evaluation and the actor's loss use the running statistics, never the batch's: an action never depends on the rest
 of its batch. The statistics live in the train state (per seed, checkpointed, resumed).
 
@@ -63,7 +65,7 @@ class Config(harness.Flags):
     learning_rate: float = 1e-3
     """Adam learning rate of actor, critics and temperature (the paper's)"""
     adam_beta1: float = 0.5
-    """Adam's first-moment decay (the paper's 0.5; Adam's default 0.9)"""
+    """Adam's first-moment decay for the actor and critics (the paper's 0.5; the temperature's Adam keeps 0.9)"""
     policy_delay: int = 3
     """critic updates per actor and temperature update (the paper's 3)"""
     gamma: float = 0.99
@@ -85,7 +87,7 @@ class Config(harness.Flags):
     """training passes of a layer with plain batch normalisation before the renormalisation's corrections start"""
 
 
-LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # as sac.py: log std squashed into this range by tanh
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # the actor's log std is clipped to this range (the authors' code, sbx)
 RENORM_R_MAX, RENORM_D_MAX, RENORM_EPSILON = 3.0, 5.0, 1e-3  # the corrections' bounds (Ioffe 2017), variance floor
 
 
@@ -134,9 +136,7 @@ class Actor(nn.Module):
         x = BatchRenorm(self.momentum, self.warmup)(obs, train)
         for _ in range(2):
             x = BatchRenorm(self.momentum, self.warmup)(nn.relu(nn.Dense(self.hidden_size)(x)), train)
-        mean = nn.Dense(self.action_dim)(x)
-        log_std = nn.tanh(nn.Dense(self.action_dim)(x))
-        return mean, LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1.0)
+        return nn.Dense(self.action_dim)(x), jnp.clip(nn.Dense(self.action_dim)(x), LOG_STD_MIN, LOG_STD_MAX)
 
 
 class Critic(nn.Module):
@@ -249,6 +249,7 @@ def make_train_parts(config: Config):
     # optax.flatten: the optimizer on one flat vector, a few large ops per step instead of a few per parameter array
     # (XLA:CPU pays per op), and the same numbers on one device or several.
     tx = optax.flatten(optax.adam(config.learning_rate, b1=config.adam_beta1))
+    temperature_tx = optax.flatten(optax.adam(config.learning_rate))
     nan = jnp.float32(jnp.nan)
 
     def init(rng):
@@ -263,7 +264,7 @@ def make_train_parts(config: Config):
 
         temperature = {"log_alpha": jnp.log(jnp.asarray(config.init_alpha, jnp.float32))}
         learner = Learner(train_state(actor_vars), train_state(critic_vars),
-                          TrainState.create(apply_fn=None, params=temperature, tx=tx))
+                          TrainState.create(apply_fn=None, params=temperature, tx=temperature_tx))
         zeros = jnp.zeros(config.num_envs)
         example = Transition(obs, jnp.zeros((config.num_envs,) + low.shape), zeros, zeros, obs)
         buffer = blocks.ReplayBuffer.create(capacity, example)
@@ -312,7 +313,9 @@ def make_train_parts(config: Config):
 
         def _update_actor_and_temperature(learner, obs, key):
             # J_pi = E[alpha log pi(a|s) - min_i Q_i(s, a)] (as SAC), the actor's statistics updated by its pass,
-            # the critics read by their running statistics; then alpha towards the target entropy.
+            # the critics read by their running statistics; then alpha towards the target entropy by
+            # J(log alpha) = log alpha (H - target), H = E[-log pi(a|s)] (sbx's form: its gradient does not shrink
+            # with alpha, as that of alpha (H - target) does).
             alpha = jnp.exp(learner.temperature.params["log_alpha"])
 
             def _loss_fn(params):
@@ -325,7 +328,7 @@ def make_train_parts(config: Config):
             (loss, (log_prob, stats)), grads = jax.value_and_grad(_loss_fn, has_aux=True)(learner.actor.params)
             actor_state = learner.actor.apply_gradients(grads=grads).replace(batch_stats=stats)
             alpha_loss, alpha_grads = jax.value_and_grad(
-                lambda p: -(jnp.exp(p["log_alpha"]) * (jax.lax.stop_gradient(log_prob) + target_entropy)).mean()
+                lambda p: -(p["log_alpha"] * (jax.lax.stop_gradient(log_prob) + target_entropy)).mean()
             )(learner.temperature.params)
             temperature = learner.temperature.apply_gradients(grads=alpha_grads)
             return learner._replace(actor=actor_state, temperature=temperature), (loss, alpha_loss, -log_prob.mean())
