@@ -6,8 +6,7 @@ What changes from SAC (sac.py): the critics and the actor normalise their inputs
 renormalisation (Ioffe 2017); the critics have no target copies: (s, a) and (s', a') go through the critics in one
 forward pass, so one set of batch statistics covers both, and the target is the next half of that pass, its
 gradient stopped; the actor updates once every `policy_delay` critic updates; Adam with beta1 0.5 for the actor
-and critics. The temperature is learned as in the authors' code (sbx): its loss is linear in log alpha, with
-Adam's defaults; the actor's log std is clipped to [-20, 2]. Acting,
+and critics; the temperature as in the authors' code (sbx): a loss linear in log alpha, Adam's defaults. Acting,
 evaluation and the actor's loss use the running statistics, never the batch's: an action never depends on the rest
 of its batch. The statistics live in the train state (per seed, checkpointed, resumed).
 
@@ -116,8 +115,7 @@ class BatchRenorm(nn.Module):
             warm = passes.value >= self.warmup
             r = jnp.where(warm, jnp.clip(std / running_std, 1 / RENORM_R_MAX, RENORM_R_MAX), 1.0)
             d = jnp.where(warm, jnp.clip((batch_mean - mean.value) / running_std, -RENORM_D_MAX, RENORM_D_MAX), 0.0)
-            # gamma ((x - mean) / std r + d) + beta, its per-feature factors gathered first: one multiply and one
-            # add per activation (XLA:CPU's cost here is the bytes it moves, docs/speed.md)
+            # gamma ((x - mean) / std r + d) + beta as one per-feature affine: fewer passes over x (docs/speed.md)
             scale = gamma * jax.lax.stop_gradient(r) / std
             shift = beta + gamma * jax.lax.stop_gradient(d) - batch_mean * scale
             mean.value = self.momentum * mean.value + (1 - self.momentum) * batch_mean
@@ -320,9 +318,8 @@ def make_train_parts(config: Config):
 
         def _update_actor_and_temperature(learner, obs, key):
             # J_pi = E[alpha log pi(a|s) - min_i Q_i(s, a)] (as SAC), the actor's statistics updated by its pass,
-            # the critics read by their running statistics; then alpha towards the target entropy by
-            # J(log alpha) = log alpha (H - target), H = E[-log pi(a|s)] (sbx's form: its gradient does not shrink
-            # with alpha, as that of alpha (H - target) does).
+            # the critics read by their running statistics; then J(log alpha) = log alpha (H - target), H = E[-log pi]
+            # (sbx's form: its gradient does not shrink with alpha, as that of alpha (H - target) does).
             alpha = jnp.exp(learner.temperature.params["log_alpha"])
 
             def _loss_fn(params):
