@@ -148,9 +148,10 @@ def soft_target(next_q, next_log_prob, reward, terminated, alpha, gamma):
 
 
 def temperature_loss(log_alpha, log_prob, target_entropy):
-    """J(alpha) = E[-alpha (log pi(a|s) + H_target)] (eq. 18): alpha grows while the policy's entropy -log pi is
-    below the target and shrinks while it is above. `log_prob` is a constant here (stop_gradient at the call)."""
-    return -(jnp.exp(log_alpha) * (log_prob + target_entropy)).mean()
+    """J = E[-log alpha (log pi(a|s) + H_target)]: eq. 18 as stable-baselines3 and sbx write it, linear in log alpha,
+    so its gradient does not shrink with alpha. alpha grows while the policy's entropy -log pi is below the target and
+    shrinks while it is above. `log_prob` is a constant here (stop_gradient at the call)."""
+    return -(log_alpha * (log_prob + target_entropy)).mean()
 
 
 def alpha_of(learner):
