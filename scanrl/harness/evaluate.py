@@ -10,7 +10,7 @@ import numpy as np
 from scanrl.harness.checkpoints import Checkpoints
 from scanrl.harness.flags import ConfigError, check_env, check_flags, check_paths, require_int32
 from scanrl.harness.loop import awake, compile_job, run_evaluation
-from scanrl.harness.program import eval_policy, evaluation_keys, plan
+from scanrl.harness.program import eval_policy, plan
 from scanrl.harness.resume import read_run_config, require_checkpoint_folder
 from scanrl.harness.sweeps import sweep_points
 
@@ -67,7 +67,6 @@ def evaluate_run(algorithm, config, stop):
     runner, _, done = restored
     _, evaluation, _ = awake(compile_job, job, False)
     returns = run_evaluation(evaluation, job, runner, stop, stopped, "the evaluation")
-    eval_keys = evaluation_keys(job.keys)
     indices = range(len(job.keys)) if config.seed_index is None else [config.seed_index]
     which = "sampled policy (actions drawn as in training)" if config.eval_sampled else "deterministic policy"
     print(f"{algorithm.name} on {run_config.env}, checkpoint after {done} iterations: {which}, "
@@ -81,9 +80,9 @@ def evaluate_run(algorithm, config, stop):
         index = config.seed_index or 0
         swept = {k: np.asarray(v)[index].item() for k, v in job.swept.items()}
         agent = jax.tree.map(lambda x: np.asarray(x)[index], job.processes.gather(runner, "the evaluation"))
-        act = eval_policy(algorithm, job.parts(swept)[0], agent, eval_keys[index], config.eval_sampled)
+        act = eval_policy(algorithm, job.parts(swept)[0], agent, job.eval_keys[index], config.eval_sampled)
         stop.stop_at_once(f"stopped while drawing the episode; {config.gif} was not written (the returns above are "
                           "the evaluation's)")
-        total, length = envs.record_episode(run_config.env, act, eval_keys[index], config.gif)
+        total, length = envs.record_episode(run_config.env, act, job.eval_keys[index], config.gif)
         print(f"one episode of seed {job.names[index]} (index {index}): return {total:.1f} in {length} steps, "
               f"drawn to {config.gif}")

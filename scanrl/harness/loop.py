@@ -23,7 +23,7 @@ from scanrl.harness.files import folder
 from scanrl.harness.flags import ConfigError, flag
 from scanrl.harness.memory import compiled_bytes
 from scanrl.harness.metrics import plural
-from scanrl.harness.program import CHECKPOINT_S, evaluation_keys, plan
+from scanrl.harness.program import CHECKPOINT_S, plan
 from scanrl.harness.record import RunRecord
 from scanrl.harness.resume import restored_run
 from scanrl.harness.sweeps import point_label
@@ -173,7 +173,7 @@ def run_evaluation(evaluation, job, runner, stop, stopped, what="the final evalu
     within a piece (`stopped`: what the line says). -> each agent's episode returns (numpy, agents x episodes)."""
     start, steps = evaluation
     stop.doing = f"stopping {what}"
-    keys = to_agents(evaluation_keys(job.keys), job.sharding)
+    keys = to_agents(job.eval_keys, job.sharding)
     runner = on_agents(runner, job.sharding)
     carry, shown = on_agents(start(keys, runner, job.swept), job.sharding), time.perf_counter()
     for until in range(EVAL_PIECE, job.eval_steps + EVAL_PIECE, EVAL_PIECE):

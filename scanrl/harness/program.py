@@ -194,17 +194,11 @@ class Job:
     ends: list | None  # the iteration after each chunk (--num-chunks); None: a chunk ends every CHECKPOINT_S
     eval_steps: int  # the env's time limit: the longest an evaluation episode is played
     lead: bool  # process 0, which writes the run directory and wandb
-    reported: list  # the keys of `update`'s metrics, in its order: known once `segment` is traced
-
-    @property
-    def metric_keys(self) -> tuple:
-        """metrics.csv's columns after `seed` and `iteration` (once compiled): env_steps, the script's, nonfinite."""
-        return ("env_steps", *self.reported, "nonfinite")
-
-    @property
-    def local_agents(self) -> list[int]:
-        """The agents this process trains."""
-        return local_agents(self.sharding, len(self.keys))
+    local_agents: list  # the agents this process trains
+    eval_keys: np.ndarray  # each agent's evaluation key
+    # metrics.csv's columns after seed and iteration: env_steps, the script's in `update`'s order, nonfinite (known
+    # once `segment` is traced)
+    metric_keys: list
 
     def describe(self) -> str:
         """What trains, how long, its checkpoints and its devices: a run's first line (the run directory follows)."""
@@ -263,7 +257,7 @@ def plan(algorithm, config, points, sampled=False) -> Job:
     if config.num_chunks is not None:  # chunks of whole pieces, as equal as can be, the shorter ones last
         size, longer = divmod(num_iterations // length, config.num_chunks)
         ends = list(itertools.accumulate(length * (size + (i < longer)) for i in range(config.num_chunks)))
-    steps, reported = algorithm.steps_per_iteration(config), []
+    steps, metric_keys = algorithm.steps_per_iteration(config), []
 
     def segment(runner, start, swept):
         """`length` iterations of the agent's `update` from iteration `start` (`lax.scan`), each one's metrics with
@@ -276,7 +270,7 @@ def plan(algorithm, config, points, sampled=False) -> Job:
         def iteration(runner, i):
             runner, metrics = update(runner)
             algorithm.check_metrics(update, metrics)
-            reported[:] = list(metrics)  # the script's order (jax orders a dict's keys)
+            metric_keys[:] = ["env_steps", *metrics, "nonfinite"]  # the script's order (jax orders a dict's keys)
             return runner, {"env_steps": (i + 1) * steps, **metrics, "nonfinite": ~learned_finite(runner)}
 
         runner, rows = jax.lax.scan(iteration, runner, start + jnp.arange(length, dtype=jnp.int32))
@@ -291,5 +285,6 @@ def plan(algorithm, config, points, sampled=False) -> Job:
                             mesh, (0, 0, 0, 0, None)))
     return Job(algorithm, config, points, keys, to_agents(swept, sharding), names, mesh, sharding, placement(),
                parts, abstract_runner, over_agents(segment, mesh, (0, None, 0)), evaluate, length, num_iterations, ends,
-               evaluation.max_steps, jax.process_index() == 0, reported)
+               evaluation.max_steps, jax.process_index() == 0, local_agents(sharding, num_agents),
+               evaluation_keys(keys), metric_keys)
 

@@ -77,13 +77,14 @@ class RunRecord:
         job, config = self.job, self.config
         self.tracking = Tracking(config, self.run_name, self.path, self.points, self.labels, self.lead)
         if self.lead:
-            keys, seeds = job.metric_keys, [config.seed + i for i in range(config.num_seeds)]
+            tracked, keys = self.tracking.tracked(), tuple(job.metric_keys)
+            seeds = [config.seed + i for i in range(config.num_seeds)]
             paths = [os.path.join(d, "metrics.csv") for d in self.point_dirs]
             self.metrics_csvs = [MetricsCsv(path, keys if history is None else columns_kept(path, keys), seeds,
                                             None if history is None else point_rows(history, p, config.num_seeds),
                                             make_dir=self.sweep) for p, path in enumerate(paths)]
-            self.progress = Progress(config, self.points, job.local_agents, job.metric_keys, job.num_iterations - 1,
-                                     int(history["env_steps"][0, done - 1]) if done else 0, self.tracking.tracked())
+            self.progress = Progress(config, self.points, job.local_agents, keys, job.num_iterations - 1,
+                                     int(history["env_steps"][0, done - 1]) if done else 0, tracked)
 
     def piece(self, start, count, rows):
         """After a piece of iterations `start` .. `start + count - 1` ran: its progress lines, its metrics to wandb."""
