@@ -9,7 +9,7 @@ Two walks are counted: every scanrl function the run calls (`run`), and only tho
     python benchmarks/studies/trace_run.py ppo.py --env CartPole-v1 --num-seeds 30 --total-timesteps 20000
 
 `TRACE_LIST=1` lists the run's stops, returns marked. A module's or a class's body, a comprehension or a lambda is read
-as part of what runs it.
+as part of what runs it; JAX's calls into our compile cache's store while it compiles are no reader's path.
 """
 
 import inspect
@@ -57,8 +57,9 @@ class Walk:
             # a comprehension, a lambda, a module's or a class's body: read as part of what runs it
             stack.append(stack[-1] if stack else True)
             return
-        if (stack and not stack[-1]) or key in self.read:
-            stack.append(False)  # a function read before, or called from inside one: not read again
+        if (stack and not stack[-1]) or key in self.read or "compilation_cache" in frame.f_back.f_code.co_filename:
+            # read before, called from inside a function read before, or JAX calling our compile cache's store
+            stack.append(False)
             return
         self.read.add(key)
         stack.append(True)
