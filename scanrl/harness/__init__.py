@@ -20,7 +20,7 @@ The modules, one concern each, a module importing only those above it:
     files.py        the one way a file is written in a run directory (never through a link), and its lock
     tracking.py     wandb, all of it: a run per sweep point, its live metrics, its summary
     stops.py        Ctrl-C / SIGTERM, non-finite values, failed writes, callbacks, int32 counts, your env: one line
-    aggregate.py    IQM and stratified-bootstrap intervals over seeds
+    aggregate.py    IQM and stratified-bootstrap intervals over seeds, means that skip NaN
     jax_private.py  the private JAX APIs used (the compile cache's store, the coordination service), isolated
     compile_cache.py  JAX's persistent compilation cache, on by default
     processes.py    a run of several processes: joining, heartbeats, a watchdog per collective (imported only then)

@@ -81,3 +81,9 @@ def summarize(returns, seed: int = 0, reps: int = INTERVAL_REPS, confidence: flo
         out.update(iqm=estimate.point, ci=[estimate.low, estimate.high], mean=float(finite.mean()),
                    std=float(finite.std()), min=float(finite.min()), max=float(finite.max()))
     return out
+
+
+def nanmean(values):
+    """Mean of the non-NaN values; NaN (without a warning) if there are none."""
+    values = np.asarray(values, dtype=float)
+    return np.nan if np.all(np.isnan(values)) else float(np.nanmean(values))

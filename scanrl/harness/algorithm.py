@@ -80,18 +80,6 @@ class Algorithm:
         except ValueError as error:
             raise error if isinstance(error, ConfigError) else ConfigError(str(error)) from None
 
-    def check_metrics(self, update, metrics):
-        """ConfigError naming `update`'s line for a metrics dict without a key the harness reads or with one it adds."""
-        code = getattr(update, "__code__", None)
-        where = f"{self.script}:{code.co_firstlineno}" if code else self.script
-        for key, meaning in REQUIRED_METRICS.items():
-            if key not in metrics:
-                raise ConfigError(f"{where}: the metrics dict `update` returns has no {key!r} ({meaning}); the harness "
-                                  "reads it for the progress lines and the summary: add it")
-        if added := sorted({"env_steps", "nonfinite"} & set(metrics)):
-            raise ConfigError(f"{where}: the metrics dict `update` returns holds {' and '.join(added)}, which the "
-                              "harness adds itself; rename it in the metrics dict")
-
     def num_iterations(self, config) -> int:
         return config.total_timesteps // self.steps_per_iteration(config)
 

@@ -65,7 +65,6 @@ def check(algorithm, config):
     check_flags(config)
     check_env(config)
     algorithm.check(config)
-    points = sweep_points(algorithm, config)
     iterations = algorithm.num_iterations(config)
     if iterations < 1:
         raise ConfigError(f"--total-timesteps {config.total_timesteps} is less than one iteration of "
@@ -73,7 +72,7 @@ def check(algorithm, config):
     if config.num_chunks is not None and config.num_chunks > iterations:
         raise ConfigError(f"--num-chunks {config.num_chunks} is more than the {iterations} iterations of this run; "
                           f"use 1 to {iterations}")
-    return config, points
+    return config, sweep_points(algorithm, config)
 
 
 def sweep_overrides(algorithm, config, points) -> list[str]:

@@ -21,7 +21,6 @@ from scanrl.harness import stops
 from scanrl.harness.agents import to_agents
 from scanrl.harness.files import folder
 from scanrl.harness.flags import ConfigError, flag
-from scanrl.harness.memory import compiled_bytes
 from scanrl.harness.metrics import plural
 from scanrl.harness.program import CHECKPOINT_S, plan
 from scanrl.harness.record import RunRecord
@@ -100,6 +99,17 @@ def compile_run(job, record, stop):
         print(f"compiled in {compiled[2]:.1f} s" + (f" (its programs need about {size} of memory)" if need else ""),
               flush=True)
     return compiled
+
+
+def compiled_bytes(programs) -> int:
+    """XLA's own figure for the largest compiled program (arguments, outputs and temporaries per device; on CPU the
+    devices share the host's memory), 0 where XLA gives none: reported as the run compiles, not checked again."""
+    stats = [program.memory_analysis() for program in programs]
+    if not stats or None in stats:
+        return 0
+    devices = len(jax.local_devices()) if jax.local_devices()[0].platform == "cpu" else 1
+    return devices * max(s.argument_size_in_bytes + s.output_size_in_bytes - s.alias_size_in_bytes
+                         + s.temp_size_in_bytes for s in stats)
 
 
 def on_agents(runner, sharding):

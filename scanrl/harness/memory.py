@@ -1,6 +1,6 @@
 """The memory check, once, before anything is allocated: the agents' state and their final evaluation (from shapes)
-against what the device, the host or its cgroup has left; the compiled programs' own figure (XLA's memory analysis)
-reported."""
+against what the device, the host or its cgroup has left. (The compiled programs' own figure, XLA's memory analysis,
+is only reported: `loop.compile_run`.)"""
 
 import contextlib
 import dataclasses
@@ -87,17 +87,6 @@ def beyond_int64(error) -> bool:
             return True
         error = error.__cause__ or error.__context__
     return False
-
-
-def compiled_bytes(programs) -> int:
-    """XLA's own figure for the largest compiled program (arguments, outputs and temporaries per device; on CPU the
-    devices share the host's memory), 0 where XLA gives none: reported as the run compiles, not checked again."""
-    stats = [program.memory_analysis() for program in programs]
-    if not stats or None in stats:
-        return 0
-    devices = len(jax.local_devices()) if jax.local_devices()[0].platform == "cpu" else 1
-    return devices * max(s.argument_size_in_bytes + s.output_size_in_bytes - s.alias_size_in_bytes
-                         + s.temp_size_in_bytes for s in stats)
 
 
 def size_flags(config) -> str:

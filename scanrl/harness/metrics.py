@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 
+from scanrl.harness.aggregate import nanmean
 from scanrl.harness.files import folder, open_append, open_regular, replaced
 
 COUNTS = ("env_steps", "episodes", "updates")  # metrics that count something, written as integers
@@ -117,12 +118,6 @@ class Progress:
                       for a, r in zip(agents[mine], point_returns, strict=True)}}
             logs.append((p, log, env_steps))
         return logs
-
-
-def nanmean(values):
-    """Mean of the non-NaN values; NaN (without a warning) if there are none."""
-    values = np.asarray(values, dtype=float)
-    return np.nan if np.all(np.isnan(values)) else float(np.nanmean(values))
 
 
 def plural(count, noun):

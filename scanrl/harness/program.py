@@ -16,6 +16,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from scanrl.harness import jax_private
 from scanrl.harness.agents import choose_devices, local_agents, over_agents, placement, to_agents
+from scanrl.harness.algorithm import REQUIRED_METRICS
 from scanrl.harness.flags import MAX_COUNT, ConfigError, flag
 from scanrl.harness.memory import checked_state
 from scanrl.harness.metrics import plural
@@ -78,6 +79,19 @@ def eval_policy(algorithm, config, runner, key, sampled):
 def evaluation_keys(keys) -> np.ndarray:
     """Each agent's evaluation key, from its root key `PRNGKey(seed)`; never one its training uses."""
     return np.asarray(jax.vmap(lambda key: jax.random.fold_in(key, EVALUATION_FOLD))(keys))
+
+
+def check_metrics(script, update, metrics):
+    """ConfigError naming `update`'s line for a metrics dict without a key the harness reads or with one it adds."""
+    code = getattr(update, "__code__", None)
+    where = f"{script}:{code.co_firstlineno}" if code else script
+    for key, meaning in REQUIRED_METRICS.items():
+        if key not in metrics:
+            raise ConfigError(f"{where}: the metrics dict `update` returns has no {key!r} ({meaning}); the harness "
+                              "reads it for the progress lines and the summary: add it")
+    if added := sorted({"env_steps", "nonfinite"} & set(metrics)):
+        raise ConfigError(f"{where}: the metrics dict `update` returns holds {' and '.join(added)}, which the "
+                          "harness adds itself; rename it in the metrics dict")
 
 
 def learned_finite(runner):
@@ -245,12 +259,7 @@ def plan(algorithm, config, points, sampled=False) -> Job:
                              jax.ShapeDtypeStruct((num_agents, 2), jnp.uint32),
                              {k: jax.ShapeDtypeStruct((num_agents,), dtype_of(config, k)) for k in points[0]})
     keys, swept, names = agent_layout(config, points)
-    devices = choose_devices(config, num_agents)
-    # Recorded in config.json and the checkpoints: --resume trains on as many devices (its numbers depend on the split).
-    config = dataclasses.replace(config, num_devices=len(devices))
-    mesh = Mesh(np.array(devices), ("agents",))
-    sharding = NamedSharding(mesh, PartitionSpec("agents"))
-    abstract_runner = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), abstract)
+    eval_keys = evaluation_keys(keys)
     num_iterations = algorithm.num_iterations(config)
     length = piece_length(num_iterations, config)
     ends = None
@@ -258,6 +267,12 @@ def plan(algorithm, config, points, sampled=False) -> Job:
         size, longer = divmod(num_iterations // length, config.num_chunks)
         ends = list(itertools.accumulate(length * (size + (i < longer)) for i in range(config.num_chunks)))
     steps, metric_keys = algorithm.steps_per_iteration(config), []
+    devices = choose_devices(config, num_agents)
+    # Recorded in config.json and the checkpoints: --resume trains on as many devices (its numbers depend on the split).
+    config = dataclasses.replace(config, num_devices=len(devices))
+    mesh = Mesh(np.array(devices), ("agents",))
+    sharding = NamedSharding(mesh, PartitionSpec("agents"))
+    abstract_runner = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), abstract)
 
     def segment(runner, start, swept):
         """`length` iterations of the agent's `update` from iteration `start` (`lax.scan`), each one's metrics with
@@ -269,7 +284,7 @@ def plan(algorithm, config, points, sampled=False) -> Job:
 
         def iteration(runner, i):
             runner, metrics = update(runner)
-            algorithm.check_metrics(update, metrics)
+            check_metrics(algorithm.script, update, metrics)
             metric_keys[:] = ["env_steps", *metrics, "nonfinite"]  # the script's order (jax orders a dict's keys)
             return runner, {"env_steps": (i + 1) * steps, **metrics, "nonfinite": ~learned_finite(runner)}
 
@@ -286,5 +301,5 @@ def plan(algorithm, config, points, sampled=False) -> Job:
     return Job(algorithm, config, points, keys, to_agents(swept, sharding), names, mesh, sharding, placement(),
                parts, abstract_runner, over_agents(segment, mesh, (0, None, 0)), evaluate, length, num_iterations, ends,
                evaluation.max_steps, jax.process_index() == 0, local_agents(sharding, num_agents),
-               evaluation_keys(keys), metric_keys)
+               eval_keys, metric_keys)
 

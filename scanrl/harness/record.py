@@ -15,10 +15,11 @@ import jax
 import numpy as np
 
 from scanrl.harness import aggregate, stops
+from scanrl.harness.aggregate import nanmean
 from scanrl.harness.checkpoints import Checkpoints
 from scanrl.harness.files import RunLock, claim_run_directory, foreign_folder, replaced, save_figure
 from scanrl.harness.flags import ConfigError
-from scanrl.harness.metrics import MetricsCsv, Progress, columns_kept, nanmean, plural
+from scanrl.harness.metrics import MetricsCsv, Progress, columns_kept, plural
 from scanrl.harness.plots import carried_returns, carry_forward, plot_learning_curve, plot_sweep, shared_ylim
 from scanrl.harness.sweeps import point_label
 from scanrl.harness.tracking import Tracking
