@@ -85,10 +85,9 @@ def check_metrics(script, update, metrics):
     """ConfigError naming `update`'s line for a metrics dict without a key the harness reads or with one it adds."""
     code = getattr(update, "__code__", None)
     where = f"{script}:{code.co_firstlineno}" if code else script
-    for key, meaning in REQUIRED_METRICS.items():
-        if key not in metrics:
-            raise ConfigError(f"{where}: the metrics dict `update` returns has no {key!r} ({meaning}); the harness "
-                              "reads it for the progress lines and the summary: add it")
+    if missing := [(key, meaning) for key, meaning in REQUIRED_METRICS.items() if key not in metrics]:
+        raise ConfigError(f"{where}: the metrics dict `update` returns has no {missing[0][0]!r} ({missing[0][1]}); the "
+                          "harness reads it for the progress lines and the summary: add it")
     if added := sorted({"env_steps", "nonfinite"} & set(metrics)):
         raise ConfigError(f"{where}: the metrics dict `update` returns holds {' and '.join(added)}, which the "
                           "harness adds itself; rename it in the metrics dict")
@@ -182,8 +181,7 @@ def piece_length(num_iterations, config) -> int:
     return max(d for d in range(1, most + 1) if num_iterations % d == 0)
 
 
-# Seconds of training between checkpoints where --num-chunks is not given: a kill loses at most about this much.
-CHECKPOINT_S = 60
+CHECKPOINT_S = 60  # seconds of training between checkpoints without --num-chunks: what a kill loses at most, about
 
 
 @dataclasses.dataclass
@@ -210,9 +208,7 @@ class Job:
     lead: bool  # process 0, which writes the run directory and wandb
     local_agents: list  # the agents this process trains
     eval_keys: np.ndarray  # each agent's evaluation key
-    # metrics.csv's columns after seed and iteration: env_steps, the script's in `update`'s order, nonfinite (known
-    # once `segment` is traced)
-    metric_keys: list
+    metric_keys: list  # metrics.csv's columns after seed and iteration, filled when `segment` is traced
 
     def describe(self) -> str:
         """What trains, how long, its checkpoints and its devices: a run's first line (the run directory follows)."""
@@ -229,10 +225,9 @@ class Job:
                 f"{self.mesh.devices.size} device(s)")
 
     def fresh_agents(self, compiler_options=None):
-        """Every agent's `init`, split over the devices, with the host's structure of the runner (with a sweep, init's
-        program gives it static parts of its own). All run on the first device, one device's agents after another,
-        then move: one compile, and never two host devices at once (XLA:CPU, jax 0.10.2, deadlocked running the
-        orthogonal initialiser's QR on two at once). `compiler_options`: XLA's, for init's program."""
+        """Every agent's `init`, split over the devices, with the host's structure of the runner (a sweep's init gives
+        it static parts of its own). All run on the first device, a device's agents at a time, then move: one compile,
+        never two host devices at once (a deadlock on XLA:CPU, docs/reliability.md). `compiler_options`: XLA's."""
         jitted, shards, compiled = jax.jit(jax.vmap(lambda key, swept: self.parts(swept)[1](key))), [], None
         placement = self.sharding.addressable_devices_indices_map(self.keys.shape[:1])
         first = next(iter(placement))
